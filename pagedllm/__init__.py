@@ -1,0 +1,19 @@
+"""pagedllm: a PagedAttention inference and serving engine in Python."""
+
+from typing import Any
+
+__version__ = "0.1.0"
+__all__ = ["LLM", "SamplingParams", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy so that `import pagedllm.kv` never pulls in torch.
+    if name == "LLM":
+        from pagedllm.entrypoints.llm import LLM
+
+        return LLM
+    if name == "SamplingParams":
+        from pagedllm.sampling_params import SamplingParams
+
+        return SamplingParams
+    raise AttributeError(name)

@@ -1,0 +1,1 @@
+"""The paged KV memory system: pure bookkeeping over integers, no torch."""
