@@ -1,0 +1,22 @@
+"""Engine-level statistics, available at any time."""
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class EngineStats:
+    num_blocks: int
+    block_size: int
+    blocks_used: int
+    blocks_free: int  # includes cached-free blocks (evictable)
+    blocks_cached_free: int
+    tokens_stored: int  # slots holding real tokens in used blocks
+    token_occupancy: float  # tokens_stored / (num_blocks * block_size)
+    block_occupancy: float  # blocks_used / num_blocks
+    prefix_queries_tokens: int
+    prefix_hits_tokens: int
+    num_preemptions: int
+    num_running: int  # requests
+    num_waiting: int  # requests
+    prompt_tokens_total: int  # prompt tokens computed (prefix hits excluded)
+    generation_tokens_total: int
