@@ -1,0 +1,158 @@
+"""SamplingParams: how one request picks its tokens and when it stops (vLLM / OpenAI defaults)."""
+
+from dataclasses import dataclass, field
+from typing import Literal, NoReturn
+
+from pagedllm.errors import InvalidInputError
+
+MAX_LOGPROBS = 20
+EarlyStopping = bool | Literal["never"]
+
+
+def _fail(name: str, rule: str, value: object) -> NoReturn:
+    raise InvalidInputError(f"{name} {rule}, got {value!r}")
+
+
+def _check(ok: bool, name: str, rule: str, value: object) -> None:
+    if not ok:
+        _fail(name, rule, value)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    n: int = 1
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 or -1 = off
+    min_p: float = 0.0
+    seed: int | None = None
+    max_tokens: int | None = 16  # None = up to the model's max length
+    min_tokens: int = 0
+    stop: list[str] = field(default_factory=list)  # a single str is accepted
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    logprobs: int | None = None  # top-k alternatives per token, 0..20
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    use_beam_search: bool = False
+    beam_width: int | None = None  # defaults to n with beam search
+    length_penalty: float = 1.0
+    early_stopping: EarlyStopping = False
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+
+    def __post_init__(self) -> None:
+        self._normalize()
+        self._check_counts()
+        self._check_sampling()
+        self._check_penalties()
+        self._check_stops()
+        self._check_beam()
+
+    @property
+    def greedy(self) -> bool:
+        """Argmax decoding (temperature 0; beam search always has it)."""
+        return self.temperature == 0.0
+
+    @property
+    def top_k_enabled(self) -> bool:
+        return self.top_k > 0
+
+    @property
+    def has_penalties(self) -> bool:
+        return (
+            self.presence_penalty != 0.0
+            or self.frequency_penalty != 0.0
+            or self.repetition_penalty != 1.0
+        )
+
+    def stop_ids(self, eos_token_ids: set[int] | frozenset[int]) -> set[int]:
+        """Token ids that end the request: stop_token_ids plus EOS unless ignore_eos."""
+        ids = set(self.stop_token_ids)
+        if not self.ignore_eos:
+            ids |= set(eos_token_ids)
+        return ids
+
+    def _normalize(self) -> None:
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        elif self.stop is None:
+            self.stop = []
+        else:
+            self.stop = list(self.stop)
+        self.stop_token_ids = [] if self.stop_token_ids is None else list(self.stop_token_ids)
+        if self.top_k == -1:
+            self.top_k = 0
+        if self.use_beam_search and self.beam_width is None:
+            self.beam_width = self.n
+        # Integer-valued floats from JSON (e.g. temperature=1) are fine; store floats.
+        for name in ("temperature", "top_p", "min_p", "presence_penalty",
+                     "frequency_penalty", "repetition_penalty", "length_penalty"):
+            value = getattr(self, name)
+            _check(isinstance(value, (int, float)) and not isinstance(value, bool),
+                   name, "must be a number", value)
+            setattr(self, name, float(value))
+
+    def _check_counts(self) -> None:
+        _check(_is_int(self.n) and self.n >= 1, "n", "must be an integer >= 1", self.n)
+        mt = self.max_tokens
+        _check(mt is None or (_is_int(mt) and mt >= 1), "max_tokens",
+               "must be an integer >= 1 or None", mt)
+        _check(_is_int(self.min_tokens) and self.min_tokens >= 0, "min_tokens",
+               "must be an integer >= 0", self.min_tokens)
+        if mt is not None:
+            _check(self.min_tokens <= mt, "min_tokens",
+                   f"must be <= max_tokens ({mt})", self.min_tokens)
+        _check(self.seed is None or _is_int(self.seed), "seed",
+               "must be an integer or None", self.seed)
+        lp = self.logprobs
+        _check(lp is None or (_is_int(lp) and 0 <= lp <= MAX_LOGPROBS), "logprobs",
+               f"must be an integer in [0, {MAX_LOGPROBS}] or None", lp)
+
+    def _check_sampling(self) -> None:
+        _check(self.temperature >= 0.0, "temperature", "must be >= 0", self.temperature)
+        _check(0.0 < self.top_p <= 1.0, "top_p", "must be in (0, 1]", self.top_p)
+        _check(_is_int(self.top_k) and self.top_k >= 0, "top_k",
+               "must be an integer >= 1, or 0 / -1 to disable", self.top_k)
+        _check(0.0 <= self.min_p <= 1.0, "min_p", "must be in [0, 1]", self.min_p)
+
+    def _check_penalties(self) -> None:
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            _check(-2.0 <= value <= 2.0, name, "must be in [-2, 2]", value)
+        _check(self.repetition_penalty > 0.0, "repetition_penalty", "must be > 0",
+               self.repetition_penalty)
+
+    def _check_stops(self) -> None:
+        for s in self.stop:
+            _check(isinstance(s, str) and s != "", "stop", "must contain non-empty strings", s)
+        for t in self.stop_token_ids:
+            _check(_is_int(t) and t >= 0, "stop_token_ids",
+                   "must contain integers >= 0", t)
+
+    def _check_beam(self) -> None:
+        es = self.early_stopping
+        _check(isinstance(es, bool) or es == "never", "early_stopping",
+               "must be True, False or 'never'", es)
+        if not self.use_beam_search:
+            _check(self.beam_width is None, "beam_width",
+                   "is only valid with use_beam_search=True", self.beam_width)
+            _check(self.length_penalty == 1.0, "length_penalty",
+                   "is only valid with use_beam_search=True", self.length_penalty)
+            _check(es is False, "early_stopping",
+                   "is only valid with use_beam_search=True", es)
+            return
+        bw = self.beam_width
+        _check(_is_int(bw) and bw >= 1, "beam_width", "must be an integer >= 1", bw)
+        _check(bw >= self.n, "beam_width", f"must be >= n ({self.n})", bw)
+        _check(self.temperature == 0.0, "temperature",
+               "must be 0 with use_beam_search (beam search is deterministic)",
+               self.temperature)
+        _check(self.top_p == 1.0 and self.top_k == 0 and self.min_p == 0.0, "top_p/top_k/min_p",
+               "must be off (1.0 / 0 / 0.0) with use_beam_search",
+               (self.top_p, self.top_k, self.min_p))

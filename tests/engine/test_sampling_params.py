@@ -1,0 +1,79 @@
+import pytest
+
+from pagedllm.errors import InvalidInputError
+from pagedllm.sampling_params import SamplingParams
+
+
+def test_defaults_match_openai():
+    p = SamplingParams()
+    assert (p.n, p.temperature, p.top_p, p.top_k, p.max_tokens) == (1, 1.0, 1.0, 0, 16)
+    assert p.stop == [] and p.stop_token_ids == [] and p.logprobs is None
+    assert not p.greedy and not p.has_penalties and p.beam_width is None
+
+
+def test_stop_accepts_a_single_string():
+    assert SamplingParams(stop="\n\n").stop == ["\n\n"]
+
+
+def test_top_k_minus_one_means_off():
+    p = SamplingParams(top_k=-1)
+    assert p.top_k == 0 and not p.top_k_enabled
+
+
+def test_greedy_and_int_temperature():
+    p = SamplingParams(temperature=0)
+    assert p.greedy and isinstance(p.temperature, float)
+
+
+def test_beam_width_defaults_to_n():
+    p = SamplingParams(n=3, use_beam_search=True, temperature=0.0)
+    assert p.beam_width == 3 and p.greedy
+
+
+def test_stop_ids_include_eos_unless_ignored():
+    assert SamplingParams(stop_token_ids=[7]).stop_ids({2}) == {2, 7}
+    assert SamplingParams(stop_token_ids=[7], ignore_eos=True).stop_ids({2}) == {7}
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"n": 0}, "n"),
+        ({"temperature": -0.1}, "temperature"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"top_k": -2}, "top_k"),
+        ({"min_p": 1.1}, "min_p"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"min_tokens": -1}, "min_tokens"),
+        ({"min_tokens": 20, "max_tokens": 10}, "min_tokens"),
+        ({"presence_penalty": 2.5}, "presence_penalty"),
+        ({"frequency_penalty": -3}, "frequency_penalty"),
+        ({"repetition_penalty": 0.0}, "repetition_penalty"),
+        ({"logprobs": 21}, "logprobs"),
+        ({"logprobs": -1}, "logprobs"),
+        ({"stop": [""]}, "stop"),
+        ({"stop_token_ids": [-1]}, "stop_token_ids"),
+        ({"seed": 1.5}, "seed"),
+        ({"temperature": "hot"}, "temperature"),
+        ({"beam_width": 2}, "beam_width"),
+        ({"length_penalty": 0.5}, "length_penalty"),
+        ({"use_beam_search": True}, "temperature"),
+        ({"use_beam_search": True, "temperature": 0, "beam_width": 0}, "beam_width"),
+        ({"use_beam_search": True, "temperature": 0, "n": 3, "beam_width": 2}, "beam_width"),
+        ({"use_beam_search": True, "temperature": 0, "top_k": 5}, "top_k"),
+        ({"use_beam_search": True, "temperature": 0, "early_stopping": "always"}, "early_stopping"),
+    ],
+)
+def test_invalid_values_name_the_field(kwargs, field):
+    with pytest.raises(InvalidInputError, match=field):
+        SamplingParams(**kwargs)
+
+
+def test_max_tokens_none_is_allowed():
+    assert SamplingParams(max_tokens=None, min_tokens=100).max_tokens is None
+
+
+def test_early_stopping_never_is_allowed():
+    p = SamplingParams(use_beam_search=True, temperature=0, early_stopping="never", length_penalty=0.5)
+    assert p.early_stopping == "never"
