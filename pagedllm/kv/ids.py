@@ -1,0 +1,7 @@
+"""Distinct id types, so a block id is never mixed up with a token id or a sequence id."""
+
+from typing import NewType
+
+BlockId = NewType("BlockId", int)
+SeqId = NewType("SeqId", str)
+BlockHash = NewType("BlockHash", bytes)

@@ -1,0 +1,348 @@
+"""KVCacheManager: block tables over one BlockPool, with prefix caching and copy-on-write.
+
+The scheduler asks can_allocate() (pure) before allocate(); allocate() returns None without mutating
+anything when the request does not fit, so the scheduler can preempt instead.
+"""
+
+from dataclasses import dataclass, field
+from typing import Literal, Sequence
+
+from pagedllm.errors import InvalidInputError
+from pagedllm.kv.block_pool import Block, BlockPool
+from pagedllm.kv.block_table import BlockTable, blocks_needed
+from pagedllm.kv.ids import BlockId, SeqId
+from pagedllm.kv.prefix import ROOT, BlockKey, block_keys, key_matches, make_key
+
+
+class InvariantError(AssertionError):
+    """A memory-system invariant (DESIGN.md section 3) is broken: always a bug, never bad input."""
+
+
+@dataclass(slots=True)
+class PrefixHit:
+    blocks: list[BlockId]  # cached full blocks matching the token prefix, in order
+    num_tokens: int  # len(blocks) * block_size
+
+
+@dataclass(slots=True)
+class Allocation:
+    new_blocks: list[BlockId]  # blocks newly taken from the pool by this call
+    copies: list[tuple[BlockId, BlockId]]  # copy-on-write (src, dst) pairs to copy before writing
+
+
+@dataclass(slots=True)
+class KVStats:
+    num_blocks: int
+    block_size: int
+    used: int
+    free: int
+    cached_free: int
+    tokens_stored: int  # sum over distinct used blocks of filled slots
+    prefix_queries_tokens: int
+    prefix_hits_tokens: int
+    num_seqs: int
+
+
+@dataclass(slots=True)
+class BlockInfo:
+    block_id: BlockId
+    owners: list[SeqId]
+    ref_cnt: int
+    filled: int
+    cached: bool
+    state: Literal["free", "cached", "used"]
+
+
+@dataclass(slots=True)
+class _Seq:
+    table: BlockTable
+    keys: list[BlockKey] = field(default_factory=list)  # keys of the full blocks, in order
+    extra_keys: tuple = ()
+
+
+class KVCacheManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+        self.pool = BlockPool(num_blocks, block_size)
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self._seqs: dict[SeqId, _Seq] = {}
+        self._queries_tokens = 0
+        self._hits_tokens = 0
+
+    # ---- prefix lookup -------------------------------------------------------------------------------
+
+    def lookup_prefix(self, token_ids: Sequence[int], extra_keys: tuple = ()) -> PrefixHit:
+        """Longest run of cached full blocks matching token_ids; pure. Never covers the last prompt token,
+        so there are always logits to sample from."""
+        if not self.enable_prefix_caching:
+            return PrefixHit([], 0)
+        max_blocks = max(0, (len(token_ids) - 1) // self.block_size)
+        blocks: list[BlockId] = []
+        parent = ROOT
+        for i in range(max_blocks):
+            chunk = token_ids[i * self.block_size:(i + 1) * self.block_size]
+            block = self.pool.get_cached_block(make_key(parent, chunk, extra_keys))
+            if block is None:
+                break
+            blocks.append(block.block_id)
+            parent = block.block_hash.digest
+        return PrefixHit(blocks, len(blocks) * self.block_size)
+
+    # ---- admission -----------------------------------------------------------------------------------
+
+    def can_allocate(self, seq_id: SeqId, num_new_tokens: int, prefix: PrefixHit | None = None) -> bool:
+        self._check_count(num_new_tokens)
+        return self._blocks_to_take(seq_id, num_new_tokens, prefix) <= self.pool.num_free_blocks
+
+    def _blocks_to_take(self, seq_id: SeqId, num_new_tokens: int, prefix: PrefixHit | None) -> int:
+        """Free blocks the allocation would consume (including free-but-cached hit blocks it adopts)."""
+        seq = self._seqs.get(seq_id)
+        if seq is not None:
+            table = seq.table
+            grow = blocks_needed(table.num_tokens + num_new_tokens, self.block_size) - len(table.blocks)
+            return grow + int(self._needs_cow(seq, num_new_tokens))
+        prefix = self._check_prefix(prefix)
+        adopted_free = sum(1 for b in prefix.blocks if self.pool.blocks[b].ref_cnt == 0)
+        total = blocks_needed(prefix.num_tokens + num_new_tokens, self.block_size)
+        return adopted_free + total - len(prefix.blocks)
+
+    def _needs_cow(self, seq: _Seq, num_new_tokens: int) -> bool:
+        # Invariant: nobody writes into a block whose refcount is above 1.
+        table = seq.table
+        return (num_new_tokens > 0 and table.tail_is_partial()
+                and self.pool.blocks[table.blocks[-1]].ref_cnt > 1)
+
+    def allocate(self, seq_id: SeqId, token_ids: Sequence[int], num_new_tokens: int,
+                 prefix: PrefixHit | None = None, extra_keys: tuple = ()) -> Allocation | None:
+        """Slots for the next num_new_tokens positions of seq_id, or None (nothing changed) if they do not fit."""
+        self._check_count(num_new_tokens)
+        seq = self._seqs.get(seq_id)
+        start = seq.table.num_tokens if seq is not None else self._check_prefix(prefix).num_tokens
+        if len(token_ids) < start + num_new_tokens:
+            raise InvalidInputError(
+                f"sequence {seq_id!r}: token_ids has {len(token_ids)} tokens but positions up to "
+                f"{start + num_new_tokens - 1} are being allocated")
+        if seq is None:
+            self._verify_prefix(prefix, token_ids, extra_keys)
+        if self._blocks_to_take(seq_id, num_new_tokens, prefix) > self.pool.num_free_blocks:
+            return None
+        if seq is None:
+            return self._allocate_new(seq_id, token_ids, num_new_tokens, prefix, extra_keys)
+        return self._extend(seq, token_ids, num_new_tokens)
+
+    def _allocate_new(self, seq_id: SeqId, token_ids: Sequence[int], num_new_tokens: int,
+                      prefix: PrefixHit | None, extra_keys: tuple) -> Allocation:
+        prefix = self._check_prefix(prefix)
+        hit_blocks = [self.pool.blocks[b] for b in prefix.blocks]
+        self.pool.touch(hit_blocks)  # before popping new blocks, so the hit cannot be evicted by them
+        seq = _Seq(BlockTable(self.block_size, list(prefix.blocks), prefix.num_tokens),
+                   [b.block_hash for b in hit_blocks], tuple(extra_keys))
+        self._seqs[seq_id] = seq
+        self._queries_tokens += len(token_ids)
+        self._hits_tokens += prefix.num_tokens
+        return self._extend(seq, token_ids, num_new_tokens)
+
+    def _extend(self, seq: _Seq, token_ids: Sequence[int], num_new_tokens: int) -> Allocation:
+        table = seq.table
+        cow = self._needs_cow(seq, num_new_tokens)
+        grow = blocks_needed(table.num_tokens + num_new_tokens, self.block_size) - len(table.blocks)
+        new = self.pool.get_new_blocks(grow + int(cow))
+        copies = []
+        if cow:
+            old = table.replace_tail(new[0].block_id)
+            self.pool.free_blocks([self.pool.blocks[old]])  # refcount was > 1, so it stays in use
+            copies.append((old, new[0].block_id))
+        for block in new[int(cow):]:
+            table.append(block.block_id)  # Invariant: tables are append-only except CoW and free
+        table.num_tokens += num_new_tokens
+        self._cache_full_blocks(seq, token_ids)
+        return Allocation([b.block_id for b in new], copies)
+
+    def _cache_full_blocks(self, seq: _Seq, token_ids: Sequence[int]) -> None:
+        """Hash blocks that just became full (incrementally: from the last hashed block on)."""
+        # Invariant: only full blocks are hashed; the key chains the parent digest, tokens and extra keys.
+        if not self.enable_prefix_caching:
+            return
+        done = len(seq.keys)
+        parent = seq.keys[-1].digest if seq.keys else ROOT
+        full = seq.table.num_tokens // self.block_size
+        for key in block_keys(token_ids, self.block_size, seq.extra_keys, parent, done, full - done):
+            seq.keys.append(key)
+            self.pool.cache_full_block(self.pool.blocks[seq.table.blocks[len(seq.keys) - 1]], key)
+
+    # ---- fork / free ---------------------------------------------------------------------------------
+
+    def fork(self, parent: SeqId, child: SeqId) -> None:
+        """The child shares every parent block; the first writer into a shared partial tail copies it."""
+        src = self._get(parent)
+        if child in self._seqs:
+            raise InvalidInputError(f"cannot fork onto {child!r}: that sequence already exists")
+        self.pool.touch(self.pool.blocks[b] for b in src.table.blocks)
+        self._seqs[child] = _Seq(src.table.copy(), list(src.keys), src.extra_keys)
+
+    def free(self, seq_id: SeqId) -> None:
+        """Give back every block, tail first, so a prefix outlives its suffix in the LRU queue."""
+        seq = self._get(seq_id)
+        self.pool.free_blocks(self.pool.blocks[b] for b in reversed(seq.table.blocks))
+        del self._seqs[seq_id]
+
+    def reset_prefix_cache(self) -> bool:
+        return self.pool.reset_prefix_cache()
+
+    # ---- queries -------------------------------------------------------------------------------------
+
+    def has_seq(self, seq_id: SeqId) -> bool:
+        return seq_id in self._seqs
+
+    def block_table(self, seq_id: SeqId) -> list[BlockId]:
+        return list(self._get(seq_id).table.blocks)
+
+    def num_tokens(self, seq_id: SeqId) -> int:
+        return self._get(seq_id).table.num_tokens
+
+    def slot_mapping(self, seq_id: SeqId, start: int, end: int) -> list[int]:
+        """Flat slots (block_id * B + offset) of positions [start, end) of seq_id."""
+        return self._get(seq_id).table.slot_mapping(start, end)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free_blocks
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - self.pool.num_free_blocks
+
+    @property
+    def num_cached_blocks(self) -> int:
+        return self.pool.num_cached_free_blocks
+
+    def _filled(self) -> dict[BlockId, int]:
+        filled: dict[BlockId, int] = {}
+        for seq in self._seqs.values():
+            for i, b in enumerate(seq.table.blocks):
+                filled[b] = max(filled.get(b, 0), seq.table.filled(i))
+        return filled
+
+    def stats(self) -> KVStats:
+        return KVStats(self.num_blocks, self.block_size, self.num_used_blocks, self.num_free_blocks,
+                       self.num_cached_blocks, sum(self._filled().values()), self._queries_tokens,
+                       self._hits_tokens, len(self._seqs))
+
+    def snapshot(self) -> list[BlockInfo]:
+        owners: dict[BlockId, list[SeqId]] = {}
+        for sid, seq in self._seqs.items():
+            for b in seq.table.blocks:
+                owners.setdefault(b, []).append(sid)
+        filled = self._filled()
+        return [self._block_info(b, owners.get(b.block_id, []), filled) for b in self.pool.blocks]
+
+    def _block_info(self, block: Block, owners: list[SeqId], filled: dict[BlockId, int]) -> BlockInfo:
+        cached = block.block_hash is not None
+        state = "used" if block.ref_cnt > 0 else ("cached" if cached else "free")
+        slots = filled.get(block.block_id, self.block_size if cached else 0)
+        return BlockInfo(block.block_id, owners, block.ref_cnt, slots, cached, state)
+
+    # ---- input checks --------------------------------------------------------------------------------
+
+    def _get(self, seq_id: SeqId) -> _Seq:
+        seq = self._seqs.get(seq_id)
+        if seq is None:
+            raise InvalidInputError(f"unknown sequence {seq_id!r}")
+        return seq
+
+    @staticmethod
+    def _check_count(num_new_tokens: int) -> None:
+        if num_new_tokens < 0:
+            raise InvalidInputError(f"num_new_tokens must be >= 0, got {num_new_tokens}")
+
+    def _check_prefix(self, prefix: PrefixHit | None) -> PrefixHit:
+        if prefix is None:
+            return PrefixHit([], 0)
+        if prefix.blocks and not self.enable_prefix_caching:
+            raise InvalidInputError("a prefix hit was passed but prefix caching is disabled")
+        if prefix.num_tokens != len(prefix.blocks) * self.block_size:
+            raise InvalidInputError(f"prefix hit covers {len(prefix.blocks)} blocks but claims "
+                                    f"{prefix.num_tokens} tokens (block_size {self.block_size})")
+        return prefix
+
+    def _verify_prefix(self, prefix: PrefixHit | None, token_ids: Sequence[int], extra_keys: tuple) -> None:
+        """A hit must still hold exactly these tokens: a block evicted since lookup_prefix is refused."""
+        parent = ROOT
+        for i, b in enumerate(self._check_prefix(prefix).blocks):
+            key = self.pool.blocks[b].block_hash if 0 <= b < self.num_blocks else None
+            chunk = token_ids[i * self.block_size:(i + 1) * self.block_size]
+            if key is None or not key_matches(key, parent, chunk, extra_keys):
+                raise InvalidInputError(f"stale prefix hit: block {b} no longer holds tokens of block {i}; "
+                                        "call lookup_prefix again")
+            parent = key.digest
+
+    # ---- invariants ----------------------------------------------------------------------------------
+
+    def check_invariants(self) -> None:
+        """Check every invariant of DESIGN.md section 3; raise InvariantError naming the first broken one."""
+        in_queue = self._check_free_queue()
+        refs = self._check_tables()
+        for block in self.pool.blocks:
+            _require(block.ref_cnt >= 0, f"block {block.block_id}: negative refcount {block.ref_cnt}")
+            # Exactly one state: free (in the queue, refcount 0, cached or not) or in use (refcount >= 1).
+            _require((block.ref_cnt == 0) == (block.block_id in in_queue),
+                     f"block {block.block_id}: refcount {block.ref_cnt} but in free queue = "
+                     f"{block.block_id in in_queue}")
+            _require(block.ref_cnt == refs.get(block.block_id, 0),
+                     f"block {block.block_id}: refcount {block.ref_cnt} != {refs.get(block.block_id, 0)} "
+                     "tables containing it")
+        _require(self.num_free_blocks + self.num_used_blocks == self.num_blocks
+                 and self.num_used_blocks == len(refs), "free + used != pool size")
+        self._check_hashes()
+
+    def _check_free_queue(self) -> set[BlockId]:
+        """Links consistent both ways, no cycle, size counter right; returns the ids in the queue."""
+        q = self.pool.free_queue
+        seen: set[BlockId] = set()
+        node = q.head
+        while node.next is not q.tail:
+            nxt = node.next
+            _require(nxt is not None and nxt.prev is node, f"free queue link broken after block {node.block_id}")
+            _require(nxt.block_id not in seen and len(seen) < self.num_blocks, "free queue has a cycle")
+            seen.add(nxt.block_id)
+            node = nxt
+        _require(q.tail.prev is node, "free queue tail sentinel link broken")
+        _require(len(seen) == q.size, f"free queue holds {len(seen)} blocks but counts {q.size}")
+        return seen
+
+    def _check_tables(self) -> dict[BlockId, int]:
+        """Each sequence holds ceil(T/B) distinct blocks; returns how many tables contain each block."""
+        refs: dict[BlockId, int] = {}
+        for sid, seq in self._seqs.items():
+            t = seq.table
+            _require(len(t.blocks) == blocks_needed(t.num_tokens, self.block_size),
+                     f"seq {sid!r}: {t.num_tokens} tokens but {len(t.blocks)} blocks (want ceil(T/B))")
+            _require(len(set(t.blocks)) == len(t.blocks), f"seq {sid!r}: a block appears twice in its table")
+            want_keys = t.num_tokens // self.block_size if self.enable_prefix_caching else 0
+            _require(len(seq.keys) == want_keys, f"seq {sid!r}: {len(seq.keys)} hashed blocks, want {want_keys}")
+            for b in t.blocks:
+                refs[b] = refs.get(b, 0) + 1
+        return refs
+
+    def _check_hashes(self) -> None:
+        """The digest map and the blocks' keys agree; a hashed block is full in every table holding it."""
+        for digest, block in self.pool.cached.items():
+            _require(block.block_hash is not None and block.block_hash.digest == digest,
+                     f"hash map entry for block {block.block_id} disagrees with the block's hash")
+        for block in self.pool.blocks:
+            if block.block_hash is not None:
+                _require(self.pool.cached.get(block.block_hash.digest) is block,
+                         f"block {block.block_id} holds a hash missing from the hash map")
+        for sid, seq in self._seqs.items():
+            for i, b in enumerate(seq.table.blocks):
+                key = self.pool.blocks[b].block_hash
+                if key is None:
+                    continue
+                _require(seq.table.filled(i) == self.block_size, f"seq {sid!r}: hashed block {b} is not full")
+                _require(seq.keys[i] == key, f"seq {sid!r}: hashed block {b} holds another sequence's tokens")
+
+
+def _require(ok: bool, invariant: str) -> None:
+    if not ok:
+        raise InvariantError(invariant)
