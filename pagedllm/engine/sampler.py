@@ -1,0 +1,196 @@
+"""Sampler: turns one step's logits into one token per row (plus beam-search candidates).
+
+Order per row: penalties -> min_tokens masking -> (greedy argmax) or
+temperature -> top-k -> top-p -> min-p -> exponential-race draw.
+
+Logprobs (the chosen token's and the top-k alternatives) come from the
+log-softmax of the raw model logits, before penalties, temperature and
+truncation — what vLLM returns by default.
+
+Reproducibility: a row with its own generator draws all of its randomness
+from it (V exponentials per step), and every op is row-wise, so its tokens
+do not depend on which other rows share the batch.
+"""
+
+import hashlib
+from dataclasses import dataclass
+
+import torch
+
+from pagedllm.sampling_params import SamplingParams
+
+
+@dataclass(slots=True)
+class SamplingRow:
+    params: SamplingParams
+    generator: torch.Generator | None  # None: draws from torch's default generator
+    prompt_ids: list[int]
+    output_ids: list[int]
+
+
+@dataclass(slots=True)
+class SampleResult:
+    token_id: int
+    logprob: float  # raw model log-probability of token_id
+    top_logprobs: dict[int, float] | None  # top-k raw logprobs when params.logprobs is set
+
+
+@dataclass(slots=True)
+class BeamCandidates:
+    """The best continuations across all live beams, best first."""
+
+    parents: list[int]  # index of the live beam (row of the logits) each extends
+    token_ids: list[int]
+    cum_logprobs: list[float]  # parent's cumulative logprob + the token's logprob
+
+
+def make_generator(seed: int | None, index: int = 0, device: str | torch.device = "cpu") -> torch.Generator | None:
+    """A generator for completion `index` of a seeded request; None when unseeded.
+
+    Each of the n completions gets its own stream, so n > 1 with a seed
+    gives n different yet reproducible samples.
+    """
+    if seed is None:
+        return None
+    digest = hashlib.sha256(f"{seed}:{index}".encode()).digest()
+    gen = torch.Generator(device=device)
+    gen.manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
+    return gen
+
+
+def sample(logits: torch.Tensor, rows: list[SamplingRow], eos_token_ids: set[int]) -> list[SampleResult]:
+    """Pick one token per row. logits: [N, V] float32, one row per entry of `rows`."""
+    raw_logprobs = torch.log_softmax(logits.float(), dim=-1)  # [N, V]
+    logits = apply_penalties(logits.float().clone(), rows)
+    mask_stop_tokens(logits, rows, eos_token_ids)
+    tokens = torch.empty(len(rows), dtype=torch.long, device=logits.device)
+    greedy = [i for i, r in enumerate(rows) if r.params.greedy]
+    randoms = [i for i, r in enumerate(rows) if not r.params.greedy]
+    if greedy:
+        tokens[greedy] = logits[greedy].argmax(dim=-1)
+    if randoms:
+        tokens[randoms] = _sample_random(logits[randoms], [rows[i] for i in randoms])
+    return _results(raw_logprobs, tokens, rows)
+
+
+def apply_penalties(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
+    """Repetition (prompt + output), frequency and presence (output) penalties, in place."""
+    idx = [i for i, r in enumerate(rows) if r.params.has_penalties]
+    if not idx:
+        return logits
+    vocab = logits.shape[1]
+    sub = logits[idx]  # [M, V]
+    out_counts = _token_counts([rows[i].output_ids for i in idx], vocab, sub.device)
+    prompt_seen = _token_counts([rows[i].prompt_ids for i in idx], vocab, sub.device) > 0
+    rep, freq, pres = (_column(rows, idx, name, sub) for name in
+                       ("repetition_penalty", "frequency_penalty", "presence_penalty"))
+    seen = prompt_seen | (out_counts > 0)
+    penalized = torch.where(sub > 0, sub / rep, sub * rep)
+    sub = torch.where(seen, penalized, sub)
+    sub = sub - freq * out_counts - pres * (out_counts > 0).to(sub.dtype)
+    logits[idx] = sub
+    return logits
+
+
+def mask_stop_tokens(logits: torch.Tensor, rows: list[SamplingRow], eos_token_ids: set[int]) -> None:
+    """Forbid EOS / stop tokens for rows that have not yet produced min_tokens, in place."""
+    for i, row in enumerate(rows):
+        if len(row.output_ids) < row.params.min_tokens:
+            banned = list(row.params.stop_ids(eos_token_ids))
+            if banned:
+                logits[i, banned] = float("-inf")
+
+
+def beam_candidates(logits: torch.Tensor, cum_logprobs: torch.Tensor, k: int) -> BeamCandidates:
+    """Top-k (beam, token) continuations by cumulative logprob.
+
+    logits: [B, V] for the B live beams; cum_logprobs: [B]. Banned tokens
+    may be set to -inf in `logits` beforehand.
+    """
+    logprobs = torch.log_softmax(logits.float(), dim=-1) + cum_logprobs[:, None].float()  # [B, V]
+    vocab = logprobs.shape[1]
+    flat = logprobs.reshape(-1)
+    values, indices = torch.topk(flat, k=min(k, flat.numel()))
+    return BeamCandidates(
+        parents=(indices // vocab).tolist(),
+        token_ids=(indices % vocab).tolist(),
+        cum_logprobs=values.tolist(),
+    )
+
+
+def _token_counts(seqs: list[list[int]], vocab: int, device: torch.device) -> torch.Tensor:
+    """[M, V] float counts of each token in each sequence (one scatter_add)."""
+    width = max((len(s) for s in seqs), default=0)
+    # pad with an extra column `vocab` that is dropped afterwards
+    ids = torch.full((len(seqs), width), vocab, dtype=torch.long)
+    for j, s in enumerate(seqs):
+        ids[j, : len(s)] = torch.tensor(s, dtype=torch.long)
+    counts = torch.zeros(len(seqs), vocab + 1, device=device)
+    counts.scatter_add_(1, ids.to(device), torch.ones(ids.shape, device=device))
+    return counts[:, :vocab]
+
+
+def _column(rows: list[SamplingRow], idx: list[int], name: str, like: torch.Tensor) -> torch.Tensor:
+    values = [float(getattr(rows[i].params, name)) for i in idx]
+    return torch.tensor(values, dtype=like.dtype, device=like.device)[:, None]  # [M, 1]
+
+
+def _sample_random(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
+    """logits: [M, V] of non-greedy rows -> [M] token ids."""
+    logits = logits / _column(rows, list(range(len(rows))), "temperature", logits)
+    probs = _truncated_probs(logits, rows)
+    return (probs / _exponentials(probs, rows)).argmax(dim=-1)
+
+
+def _truncated_probs(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
+    """Softmax after top-k, top-p and min-p truncation (done in sorted order, then unsorted)."""
+    sorted_logits, order = logits.sort(dim=-1, descending=True, stable=True)  # [M, V]
+    vocab = logits.shape[1]
+    top_k = torch.tensor([r.params.top_k or vocab for r in rows], device=logits.device)
+    ranks = torch.arange(vocab, device=logits.device)[None, :]
+    sorted_logits = sorted_logits.masked_fill(ranks >= top_k[:, None], float("-inf"))
+    probs = sorted_logits.softmax(dim=-1)
+    top_p = _column(rows, list(range(len(rows))), "top_p", probs)
+    # drop a token when the mass before it already reaches top_p (the first token always stays)
+    before = probs.cumsum(dim=-1) - probs
+    keep = (before < top_p) | (top_p >= 1.0)  # top_p=1 must not drop float32-rounding tails
+    min_p = _column(rows, list(range(len(rows))), "min_p", probs)
+    keep &= probs >= min_p * probs[:, :1]
+    probs = torch.where(keep, probs, torch.zeros_like(probs))
+    return torch.zeros_like(probs).scatter_(1, order, probs)
+
+
+def _exponentials(probs: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
+    """Exp(1) noise [M, V]: seeded rows from their own generator, the rest from the default one."""
+    q = torch.empty_like(probs)
+    unseeded = [i for i, r in enumerate(rows) if r.generator is None]
+    if unseeded:
+        q[unseeded] = torch.empty(len(unseeded), probs.shape[1], device=probs.device).exponential_()
+    for i, row in enumerate(rows):
+        if row.generator is not None:
+            q[i].exponential_(generator=row.generator)
+    return q.clamp_min_(torch.finfo(q.dtype).tiny)
+
+
+def _results(raw_logprobs: torch.Tensor, tokens: torch.Tensor, rows: list[SamplingRow]) -> list[SampleResult]:
+    chosen = raw_logprobs.gather(1, tokens[:, None]).squeeze(1).tolist()
+    top = _top_logprobs(raw_logprobs, rows)
+    ids = tokens.tolist()
+    return [SampleResult(ids[i], chosen[i], top[i]) for i in range(len(rows))]
+
+
+def _top_logprobs(raw_logprobs: torch.Tensor, rows: list[SamplingRow]) -> list[dict[int, float] | None]:
+    wanted = [r.params.logprobs for r in rows]
+    k_max = max((k for k in wanted if k is not None), default=None)
+    if k_max is None:
+        return [None] * len(rows)
+    values, indices = raw_logprobs.topk(k_max, dim=-1) if k_max else (None, None)
+    out: list[dict[int, float] | None] = []
+    for i, k in enumerate(wanted):
+        if k is None:
+            out.append(None)
+        elif k == 0:
+            out.append({})
+        else:
+            out.append(dict(zip(indices[i, :k].tolist(), values[i, :k].tolist())))
+    return out
