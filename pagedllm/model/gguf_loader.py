@@ -1,0 +1,121 @@
+"""Read a GGUF file (llama.cpp's format): metadata -> ModelConfig, tensors dequantized -> HF-named state dict."""
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from pagedllm.errors import ModelLoadError
+from pagedllm.model.config import ModelConfig, config_from_gguf_metadata
+
+# GGUF tensor name -> HF name; "{n}" is the layer index.
+_GLOBAL_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+_LAYER_NAMES = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_LAYER_RE = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
+# llama.cpp permutes the Q/K rows of these architectures for its interleaved rotary; qwen2 it leaves alone.
+_PERMUTED_ARCHS = ("llama", "mistral")
+
+
+def hf_name(gguf_name: str) -> str | None:
+    if gguf_name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[gguf_name]
+    m = _LAYER_RE.fullmatch(gguf_name)
+    if m and m.group(2) in _LAYER_NAMES:
+        return f"model.layers.{m.group(1)}.{_LAYER_NAMES[m.group(2)]}.{m.group(3)}"
+    return None
+
+
+def gguf_name(hf: str) -> str:
+    """Inverse of hf_name (used when writing GGUF files, e.g. in tests)."""
+    inverse_global = {v: k for k, v in _GLOBAL_NAMES.items()}
+    if hf in inverse_global:
+        return inverse_global[hf]
+    _, _, layer, rest = hf.split(".", 3)
+    module, kind = rest.rsplit(".", 1)
+    short = {v: k for k, v in _LAYER_NAMES.items()}[module]
+    return f"blk.{layer}.{short}.{kind}"
+
+
+def permute_qk(rows: np.ndarray, num_heads: int) -> np.ndarray:
+    """llama.cpp's reorder: per head, rows [first half | second half] -> interleaved pairs. Leading dim = rows."""
+    head_rows = rows.shape[0] // num_heads
+    return rows.reshape(num_heads, 2, head_rows // 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
+
+
+def unpermute_qk(rows: np.ndarray, num_heads: int) -> np.ndarray:
+    """Inverse of permute_qk: interleaved pairs back to HF's half-split rotary layout."""
+    head_rows = rows.shape[0] // num_heads
+    return rows.reshape(num_heads, head_rows // 2, 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
+
+
+def read_gguf(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    reader = open_gguf(path)
+    config = config_from_gguf_metadata(read_metadata(reader))
+    names = {t.name for t in reader.tensors}
+    config.tie_word_embeddings = "output.weight" not in names
+    state_dict: dict[str, torch.Tensor] = {}
+    for tensor in reader.tensors:
+        name = hf_name(tensor.name)
+        if name is None:
+            if tensor.name == "rope_freqs.weight":
+                raise ModelLoadError(f"{path}: rope_freqs tensors (Llama-3.1 rope scaling in GGUF) are not supported")
+            raise ModelLoadError(f"{path}: unsupported tensor {tensor.name!r} for architecture {config.architecture}")
+        state_dict[name] = torch.from_numpy(_restore_rows(name, dequantize(tensor, path), config))
+    return config, state_dict
+
+
+def open_gguf(path: Path) -> Any:
+    from gguf import GGUFReader
+
+    try:
+        return GGUFReader(path)
+    except Exception as exc:  # the reader raises ValueError, KeyError, struct errors... on bad files
+        raise ModelLoadError(f"{path} is not a readable GGUF file (corrupt or truncated?): {exc}") from None
+
+
+def read_metadata(reader: Any) -> dict[str, Any]:
+    """Scalar and string fields as Python values; arrays as lists except the big tokenizer tables (lengths)."""
+    meta: dict[str, Any] = {}
+    for key, field in reader.fields.items():
+        if key.startswith("tokenizer.ggml.") and len(field.data) > 1:
+            meta[key] = range(len(field.data))  # only the length is needed here
+            continue
+        meta[key] = field.contents()
+    return meta
+
+
+def dequantize(tensor: Any, path: Path) -> np.ndarray:
+    """float32 array in PyTorch order [out, in] (GGUF lists dims innermost first)."""
+    from gguf.quants import dequantize as gguf_dequantize
+
+    shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))
+    try:
+        return np.ascontiguousarray(gguf_dequantize(tensor.data, tensor.tensor_type).reshape(shape), np.float32)
+    except (NotImplementedError, ValueError) as exc:
+        raise ModelLoadError(f"{path}: cannot dequantize {tensor.name} ({tensor.tensor_type.name}): {exc}") from None
+
+
+def _restore_rows(name: str, array: np.ndarray, config: ModelConfig) -> np.ndarray:
+    if config.architecture not in _PERMUTED_ARCHS:
+        return array
+    if ".self_attn.q_proj." in name:
+        return unpermute_qk(array, config.num_heads)
+    if ".self_attn.k_proj." in name:
+        return unpermute_qk(array, config.num_kv_heads)
+    return array

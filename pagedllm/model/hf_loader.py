@@ -1,0 +1,57 @@
+"""Read a local Hugging Face model directory: config.json + *.safetensors (sharded or not)."""
+
+import json
+from pathlib import Path
+
+import torch
+
+from pagedllm.errors import ModelLoadError
+from pagedllm.model.config import ModelConfig
+
+INDEX_NAME = "model.safetensors.index.json"
+
+
+def read_hf_dir(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    config = ModelConfig.from_hf_dict(read_config_json(path))
+    state_dict: dict[str, torch.Tensor] = {}
+    for shard in safetensors_files(path):
+        state_dict.update(_read_safetensors(shard))
+    return config, state_dict
+
+
+def read_config_json(path: Path) -> dict:
+    config_path = path / "config.json"
+    if not config_path.is_file():
+        raise ModelLoadError(f"{path} has no config.json (expected a Hugging Face model directory)")
+    try:
+        return json.loads(config_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelLoadError(f"{config_path} is not valid JSON: {exc}") from None
+
+
+def safetensors_files(path: Path) -> list[Path]:
+    """The shards named by the index when there is one, else every *.safetensors file."""
+    index = path / INDEX_NAME
+    if index.is_file():
+        try:
+            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (json.JSONDecodeError, KeyError) as exc:
+            raise ModelLoadError(f"{index} is not a valid safetensors index: {exc}") from None
+        files = [path / n for n in names]
+        if missing := [f.name for f in files if not f.is_file()]:
+            raise ModelLoadError(f"{path}: shards named in {INDEX_NAME} are missing: {', '.join(missing)}")
+        return files
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ModelLoadError(f"{path} has no *.safetensors weights (only safetensors checkpoints are supported)")
+    return files
+
+
+def _read_safetensors(file: Path) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(file)
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ModelLoadError(f"{file} is not a readable safetensors file (corrupt or truncated?): {exc}") from None

@@ -1,0 +1,77 @@
+"""Building blocks of a Llama-family decoder: RMSNorm, rotary embeddings, SwiGLU MLP."""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pagedllm.model.config import ModelConfig, RopeScaling
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, hidden_size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: [T, hidden]; normalise in float32 like the reference, scale in the weight dtype
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
+    """[head_dim / 2] float32 inverse frequencies, Llama-3 scaled when the config asks for it."""
+    dim = config.head_dim
+    exponents = torch.arange(0, dim, 2, dtype=torch.int64, device="cpu").float() / dim
+    inv_freq = 1.0 / (config.rope_theta**exponents)
+    if config.rope_scaling is not None:
+        inv_freq = _llama3_scale(inv_freq, config.rope_scaling)
+    return inv_freq
+
+
+def _llama3_scale(inv_freq: torch.Tensor, s: RopeScaling) -> torch.Tensor:
+    """Long wavelengths are divided by `factor`, short ones kept, the band between interpolated."""
+    wavelen = 2 * math.pi / inv_freq
+    low_freq_wavelen = s.original_max_position_embeddings / s.low_freq_factor
+    high_freq_wavelen = s.original_max_position_embeddings / s.high_freq_factor
+    smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) / (
+        s.high_freq_factor - s.low_freq_factor
+    )
+    blended = (1 - smooth) * inv_freq / s.factor + smooth * inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / s.factor, blended)
+    return torch.where(wavelen < high_freq_wavelen, inv_freq, scaled)
+
+
+class RotaryEmbedding:
+    """cos/sin for arbitrary per-token positions (not an nn.Module: nothing to load)."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        self.inv_freq = rope_inv_freq(config)  # [head_dim / 2] float32
+
+    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions: [T] int64 -> cos, sin: [T, 1, head_dim] in `dtype` (broadcast over heads)."""
+        freqs = positions.float().unsqueeze(1) * self.inv_freq.unsqueeze(0)  # [T, d/2]
+        emb = torch.cat((freqs, freqs), dim=-1).unsqueeze(1)  # [T, 1, d]
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: [T, heads, head_dim], HF's half-split layout (first half pairs with second half)."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class SwiGLUMLP(nn.Module):
+    def __init__(self, hidden_size: int, intermediate_size: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: [T, hidden] -> [T, intermediate] -> [T, hidden]
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))

@@ -1,0 +1,92 @@
+"""A Llama-family decoder (Llama 2/3, SmolLM2, Mistral, Qwen2) over the paged KV cache.
+
+Parameter names equal Hugging Face's, so an HF state dict loads as is. The model sees the batch as one
+flat run of tokens ([T]) plus an AttentionMetadata; it never sees a block table directly.
+"""
+
+import torch
+from torch import nn
+
+from pagedllm.attention import AttentionMetadata, paged_attention, write_kv
+from pagedllm.model.config import ModelConfig
+from pagedllm.model.layers import RMSNorm, RotaryEmbedding, SwiGLUMLP, apply_rotary
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+        self.scale = self.head_dim**-0.5
+        hidden, bias = config.hidden_size, config.attention_bias
+        self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=False)
+
+    def forward(
+        self,
+        x: torch.Tensor,  # [T, hidden]
+        cos_sin: tuple[torch.Tensor, torch.Tensor],  # each [T, 1, head_dim]
+        kv_cache: torch.Tensor,  # [2, num_blocks, block_size, kv_heads, head_dim]
+        meta: AttentionMetadata,
+        attention_impl: str,
+    ) -> torch.Tensor:
+        num_tokens = x.shape[0]
+        q = self.q_proj(x).view(num_tokens, self.num_heads, self.head_dim)  # [T, H, D]
+        k = self.k_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, KVH, D]
+        v = self.v_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)
+        q, k = apply_rotary(q, *cos_sin), apply_rotary(k, *cos_sin)
+        write_kv(k, v, kv_cache, meta.slot_mapping)
+        out = paged_attention(q, kv_cache, meta, self.scale, impl=attention_impl)  # [T, H, D]
+        return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = SwiGLUMLP(config.hidden_size, config.intermediate_size)
+
+    def forward(self, x, cos_sin, kv_cache, meta, attention_impl: str) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos_sin, kv_cache, meta, attention_impl)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = LlamaModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.rotary = RotaryEmbedding(config)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [T] int64
+        positions: torch.Tensor,  # [T] int64, any order per sequence
+        kv_caches: list[torch.Tensor],
+        meta: AttentionMetadata,
+        attention_impl: str = "reference",
+    ) -> torch.Tensor:
+        """Final-normed hidden states [T, hidden]; writes each layer's new K/V into kv_caches."""
+        x = self.model.embed_tokens(input_ids)  # [T, hidden]
+        cos_sin = self.rotary.cos_sin(positions, x.dtype)
+        for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
+            x = layer(x, cos_sin, kv_cache, meta, attention_impl)
+        return self.model.norm(x)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden: [..., hidden] -> float32 logits [..., vocab]."""
+        return self.lm_head(hidden).float()

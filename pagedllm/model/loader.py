@@ -1,0 +1,72 @@
+"""load_model(path, dtype): a local HF directory or a GGUF file -> (LlamaForCausalLM, ModelConfig)."""
+
+from pathlib import Path
+
+import torch
+
+from pagedllm.errors import ModelLoadError
+from pagedllm.model.config import ModelConfig
+from pagedllm.model.llama import LlamaForCausalLM
+
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16)
+# Keys some checkpoints carry that hold nothing we load (recomputed buffers).
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+def load_model(path: str | Path, dtype: torch.dtype = torch.float32) -> tuple[LlamaForCausalLM, ModelConfig]:
+    """The model in eval mode with weights cast to `dtype`, and its config."""
+    if dtype not in SUPPORTED_DTYPES:
+        raise ModelLoadError(f"unsupported dtype {dtype}; supported: float32, bfloat16")
+    path = Path(path).expanduser()
+    if path.is_dir():
+        from pagedllm.model.hf_loader import read_hf_dir
+
+        config, state_dict = read_hf_dir(path)
+    elif path.is_file():
+        from pagedllm.model.gguf_loader import read_gguf
+
+        config, state_dict = read_gguf(path)
+    else:
+        raise ModelLoadError(f"model path {path} does not exist (expected an HF directory or a .gguf file)")
+    return build_model(config, state_dict, dtype, source=path), config
+
+
+def build_model(
+    config: ModelConfig, state_dict: dict[str, torch.Tensor], dtype: torch.dtype, source: Path | str = "<memory>"
+) -> LlamaForCausalLM:
+    """Instantiate without allocating (meta device), then adopt the given tensors cast to `dtype`."""
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config)
+    expected = set(model.state_dict())
+    if config.tie_word_embeddings:
+        state_dict.pop("lm_head.weight", None)
+        expected.discard("lm_head.weight")
+    tensors = {k: v for k, v in state_dict.items() if not k.endswith(_IGNORED_SUFFIXES)}
+    _check_names(expected, set(tensors), source)
+    _check_shapes(model, tensors, source)
+    model.load_state_dict({k: v.to(dtype).contiguous() for k, v in tensors.items()}, strict=False, assign=True)
+    if config.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    return model.eval().requires_grad_(False)
+
+
+def _check_names(expected: set[str], found: set[str], source: Path | str) -> None:
+    missing, unexpected = sorted(expected - found), sorted(found - expected)
+    if missing:
+        raise ModelLoadError(f"{source}: weights missing: {_some(missing)}")
+    if unexpected:
+        raise ModelLoadError(f"{source}: unexpected weights (unsupported model variant?): {_some(unexpected)}")
+
+
+def _check_shapes(model: LlamaForCausalLM, tensors: dict[str, torch.Tensor], source: Path | str) -> None:
+    own = model.state_dict()
+    for name, tensor in tensors.items():
+        if tuple(tensor.shape) != tuple(own[name].shape):
+            raise ModelLoadError(
+                f"{source}: weight {name} has shape {tuple(tensor.shape)}, config implies {tuple(own[name].shape)}"
+            )
+
+
+def _some(names: list[str], limit: int = 5) -> str:
+    more = f" (+{len(names) - limit} more)" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
