@@ -1,0 +1,115 @@
+"""Random interleavings of admit / extend / fork / free under memory pressure, with a model of the KV memory:
+every slot write is replayed (copies first), and every sequence must read back its own tokens through its
+block table after each step. That checks prefix hits and copy-on-write end to end, not only the counters."""
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from pagedllm.kv.manager import KVCacheManager
+
+B = 3
+NUM_BLOCKS = 10
+BASES = [[1, 2, 3, 1, 2, 3, 1, 2, 3], [1, 2, 3, 3, 2, 1, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0, 0]]
+EXTRAS = [(), ("adapter-1",)]
+
+
+class KVMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.m = KVCacheManager(NUM_BLOCKS, B)
+        self.mem: list[list[int | None]] = [[None] * B for _ in range(NUM_BLOCKS)]
+        self.tokens: dict[str, list[int]] = {}
+        self.next_id = 0
+        self.hits = 0
+
+    def _new_id(self) -> str:
+        self.next_id += 1
+        return f"s{self.next_id}"
+
+    def _apply(self, sid: str, alloc, start: int, end: int) -> None:
+        for src, dst in alloc.copies:
+            self.mem[dst] = list(self.mem[src])
+        table = self.m.block_table(sid)
+        for pos in range(start, end):
+            self.mem[table[pos // B]][pos % B] = self.tokens[sid][pos]
+
+    def _pick(self, index: int) -> str:
+        ids = sorted(self.tokens)
+        return ids[index % len(ids)]
+
+    @rule(family=st.integers(0, 2), keep=st.integers(0, 9), suffix=st.lists(st.integers(0, 3), max_size=4),
+          chunk=st.integers(1, 12), extra=st.sampled_from(EXTRAS))
+    def admit(self, family, keep, suffix, chunk, extra):
+        prompt = BASES[family][:keep] + suffix
+        if not prompt:
+            return
+        hit = self.m.lookup_prefix(prompt, extra)
+        assert hit.num_tokens < len(prompt) and hit.num_tokens == len(hit.blocks) * B
+        n = min(chunk, len(prompt) - hit.num_tokens)
+        sid = self._new_id()
+        fits = self.m.can_allocate(sid, n, hit)
+        before = self.m.snapshot()
+        alloc = self.m.allocate(sid, prompt, n, hit, extra)
+        assert (alloc is not None) == fits
+        if alloc is None:
+            assert self.m.snapshot() == before and not self.m.has_seq(sid)
+            return
+        self.hits += bool(hit.blocks)
+        self.tokens[sid] = prompt
+        self._apply(sid, alloc, hit.num_tokens, hit.num_tokens + n)
+
+    @precondition(lambda self: self.tokens)
+    @rule(index=st.integers(0, 100), token=st.integers(0, 3), chunk=st.integers(1, 5))
+    def extend(self, index, token, chunk):
+        sid = self._pick(index)
+        start = self.m.num_tokens(sid)
+        if start == len(self.tokens[sid]):
+            self.tokens[sid].append(token)  # decode: the sampled token's KV is computed next step
+        n = min(chunk, len(self.tokens[sid]) - start)
+        fits = self.m.can_allocate(sid, n)
+        before = self.m.snapshot()
+        alloc = self.m.allocate(sid, self.tokens[sid], n)
+        assert (alloc is not None) == fits
+        if alloc is None:
+            assert self.m.snapshot() == before
+            return
+        assert len(alloc.copies) <= 1
+        self._apply(sid, alloc, start, start + n)
+
+    @precondition(lambda self: self.tokens)
+    @rule(index=st.integers(0, 100))
+    def fork(self, index):
+        parent = self._pick(index)
+        child = self._new_id()
+        self.m.fork(parent, child)
+        self.tokens[child] = self.tokens[parent][: self.m.num_tokens(parent)]
+
+    @precondition(lambda self: self.tokens)
+    @rule(index=st.integers(0, 100))
+    def free(self, index):
+        sid = self._pick(index)
+        self.m.free(sid)
+        del self.tokens[sid]
+
+    @invariant()
+    def invariants_hold(self):
+        self.m.check_invariants()
+
+    @invariant()
+    def every_sequence_reads_its_own_tokens(self):
+        for sid, toks in self.tokens.items():
+            table = self.m.block_table(sid)
+            got = [self.mem[table[p // B]][p % B] for p in range(self.m.num_tokens(sid))]
+            assert got == toks[: len(got)], sid
+
+    def teardown(self):
+        for sid in list(self.tokens):
+            self.m.free(sid)
+        self.m.check_invariants()
+        assert self.m.num_used_blocks == 0 and self.m.num_free_blocks == NUM_BLOCKS
+        assert self.m.stats().num_seqs == 0
+
+
+KVMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+TestKVMachine = KVMachine.TestCase
