@@ -1,0 +1,259 @@
+"""AsyncEngine: the synchronous LLMEngine stepped in one background thread beside an asyncio loop.
+
+The engine object is touched only by that thread. The event loop talks to it through a
+command queue (add, abort, read stats, ...) and gets outputs back on per-caller asyncio
+queues via ``loop.call_soon_threadsafe``. When there is nothing to do the thread sleeps on
+a condition variable; it never spins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pagedllm.engine.outputs import RequestOutput
+from pagedllm.engine.stats import EngineStats
+from pagedllm.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
+
+
+class EngineProtocol(Protocol):
+    """What AsyncEngine needs from LLMEngine (a test fake can follow it too)."""
+
+    config: Any
+    tokenizer: Any
+    max_model_len: int
+    model_name: str
+
+    def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
+                    arrival_time: float | None = None, cache_salt: str | None = None) -> None: ...
+    def abort_request(self, request_id: str) -> None: ...
+    def step(self) -> list[RequestOutput]: ...
+    def has_unfinished_requests(self) -> bool: ...
+    def stats(self) -> EngineStats: ...
+
+
+class RequestAborted(Exception):
+    """The engine ended a request without finishing it (shutdown or an engine failure)."""
+
+
+class FinishObserver(Protocol):
+    def update_from_stats(self, stats: EngineStats) -> None: ...
+    def observe_finished(self, output: RequestOutput) -> None: ...
+
+
+class OutputStream:
+    """Outputs of one or more engine requests, for one caller, read on the event loop."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
+        self._live: set[str] = set()
+
+    def expect(self, request_id: str) -> None:
+        self._live.add(request_id)
+
+    def forget(self, request_id: str) -> None:
+        self._live.discard(request_id)
+
+    def put(self, item: RequestOutput | BaseException) -> None:
+        self._queue.put_nowait(item)
+
+    async def __aiter__(self) -> AsyncIterator[RequestOutput]:
+        while self._live:
+            item = await self._queue.get()
+            if isinstance(item, BaseException):
+                raise item
+            if item.finished:
+                self._live.discard(item.request_id)
+            yield item
+
+
+@dataclass(slots=True)
+class _Command:
+    fn: Callable[[Any], Any]
+    future: asyncio.Future | None = None
+
+
+class AsyncEngine:
+    def __init__(self, engine: EngineProtocol, observer: FinishObserver | None = None,
+                 max_waiting_requests: int | None = None) -> None:
+        self._engine = engine
+        self._observer = observer
+        self.max_waiting_requests = max_waiting_requests
+        self.config = engine.config
+        self.model_name: str = engine.model_name
+        self.max_model_len: int = engine.max_model_len
+        # A private copy for the event loop (decoding logprob tokens, echo): HF fast
+        # tokenizers are not safe to share between threads.
+        self.tokenizer = copy.deepcopy(engine.tokenizer)
+        self.latest_stats: EngineStats = engine.stats()
+        self._cond = threading.Condition()
+        self._commands: deque[_Command] = deque()
+        self._streams: dict[str, OutputStream] = {}  # engine thread only
+        self._pending_adds = 0
+        self._busy = False
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ---- event-loop side ---------------------------------------------------------------
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="pagedllm-engine", daemon=True)
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and not self._stopping
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        """Abort every live request and stop the thread (waits at most `timeout` seconds)."""
+        if self._thread is None:
+            return
+        self._submit(_Command(fn=self._begin_stop))
+        await asyncio.to_thread(self._thread.join, timeout)
+        if self._thread.is_alive():
+            logger.warning("engine thread did not stop within %.1f s", timeout)
+
+    async def call(self, fn: Callable[[Any], Any]) -> Any:
+        """Run fn(engine) on the engine thread between steps and return its result."""
+        if not self.running:
+            raise RequestAborted("the engine is not running")
+        future = asyncio.get_running_loop().create_future()
+        self._submit(_Command(fn=fn, future=future))
+        return await future
+
+    async def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
+                          stream: OutputStream, cache_salt: str | None = None) -> None:
+        """Queue a request; raises the engine's InvalidInputError if it is rejected."""
+        def add(engine: EngineProtocol) -> None:
+            self._count_pending(-1)
+            engine.add_request(request_id, prompt, params, cache_salt=cache_salt)
+            self._streams[request_id] = stream
+
+        stream.expect(request_id)
+        self._count_pending(+1)
+        try:
+            await self.call(add)
+        except BaseException:
+            stream.forget(request_id)
+            raise
+
+    def abort(self, request_id: str) -> None:
+        """Fire and forget: frees the request's blocks before the next step."""
+        if self._thread is not None:
+            self._submit(_Command(fn=lambda engine: self._abort_one(request_id, None)))
+
+    def is_overloaded(self) -> bool:
+        limit = self.max_waiting_requests
+        return limit is not None and self.latest_stats.num_waiting + self._pending_adds >= limit
+
+    async def stats(self) -> EngineStats:
+        return await self.call(lambda engine: engine.stats())
+
+    async def kv_snapshot(self) -> dict:
+        return await self.call(lambda engine: engine.kv_snapshot())
+
+    def _count_pending(self, delta: int) -> None:
+        with self._cond:
+            self._pending_adds += delta
+
+    def _submit(self, command: _Command) -> None:
+        with self._cond:
+            self._commands.append(command)
+            self._cond.notify()
+
+    # ---- engine-thread side ------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            for command in self._wait_for_work():
+                self._execute(command)
+            if self._stopping:
+                self._abort_all(RequestAborted("the server is shutting down"))
+                return
+            if self._busy:
+                self._step()
+            self._after_iteration()
+
+    def _wait_for_work(self) -> list[_Command]:
+        with self._cond:
+            while not self._commands and not self._busy:
+                self._cond.wait()
+            commands = list(self._commands)
+            self._commands.clear()
+        return commands
+
+    def _execute(self, command: _Command) -> None:
+        try:
+            result, error = command.fn(self._engine), None
+        except Exception as exc:  # handed back to the caller; the thread keeps going
+            result, error = None, exc
+        if command.future is not None:
+            self._loop.call_soon_threadsafe(_resolve, command.future, result, error)
+        elif error is not None:
+            logger.warning("engine command failed: %s", error)
+
+    def _step(self) -> None:
+        try:
+            outputs = self._engine.step()
+        except Exception:
+            logger.exception("engine step failed; aborting all requests")
+            self._abort_all(RequestAborted("the engine failed while running this request"))
+            return
+        for output in outputs:
+            self._deliver(output)
+
+    def _deliver(self, output: RequestOutput) -> None:
+        if output.finished:
+            stream = self._streams.pop(output.request_id, None)
+            if self._observer is not None:
+                self._observer.observe_finished(output)
+        else:
+            stream = self._streams.get(output.request_id)
+        if stream is not None:
+            self._loop.call_soon_threadsafe(stream.put, output)
+
+    def _after_iteration(self) -> None:
+        self._busy = self._engine.has_unfinished_requests()
+        self.latest_stats = self._engine.stats()
+        if self._observer is not None:
+            self._observer.update_from_stats(self.latest_stats)
+
+    def _abort_one(self, request_id: str, reason: BaseException | None) -> None:
+        stream = self._streams.pop(request_id, None)
+        if stream is None:
+            return  # finished already, or never admitted
+        self._engine.abort_request(request_id)
+        if reason is not None:
+            self._loop.call_soon_threadsafe(stream.put, reason)
+
+    def _abort_all(self, reason: BaseException) -> None:
+        for request_id in list(self._streams):
+            try:
+                self._abort_one(request_id, reason)
+            except Exception:
+                logger.exception("could not abort request %s", request_id)
+        self._streams.clear()
+        self._busy = self._engine.has_unfinished_requests()
+        self.latest_stats = self._engine.stats()
+
+    def _begin_stop(self, engine: EngineProtocol) -> None:
+        self._stopping = True
+
+
+def _resolve(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    if future.done():  # the caller went away
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)

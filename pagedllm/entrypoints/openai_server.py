@@ -1,0 +1,37 @@
+"""The OpenAI-compatible server: build the app around an engine and run it under uvicorn."""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+import uvicorn
+
+from pagedllm.engine.async_engine import AsyncEngine, EngineProtocol
+from pagedllm.entrypoints.server.app import create_app
+from pagedllm.metrics import ServerMetrics
+
+logger = logging.getLogger("pagedllm.server")
+
+
+def build_server(engine: EngineProtocol, host: str = "127.0.0.1", port: int = 8000,
+                 max_waiting_requests: int | None = None, shutdown_timeout: float = 5.0,
+                 log_level: str = "info") -> uvicorn.Server:
+    """A uvicorn server for `engine`; in-flight requests get `shutdown_timeout` s to finish on exit."""
+    metrics = ServerMetrics(engine.model_name)
+    async_engine = AsyncEngine(engine, observer=metrics, max_waiting_requests=max_waiting_requests)
+    app = create_app(async_engine, metrics, shutdown_timeout=shutdown_timeout + 5.0)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                            timeout_graceful_shutdown=shutdown_timeout, access_log=False)
+    return uvicorn.Server(config)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket bound before uvicorn starts (port 0 picks a free port)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock

@@ -1,0 +1,133 @@
+"""Request bodies of the OpenAI-compatible API (pydantic), and their mapping to SamplingParams.
+
+Strict types: a string where a number belongs is a 400, not a silent coercion. Unknown fields
+are ignored, as OpenAI clients send many that do not change what this engine computes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pagedllm.errors import InvalidInputError
+from pagedllm.sampling_params import SamplingParams
+
+Prompt = str | list[int] | list[str] | list[list[int]]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+
+
+class _SamplingFields(_Body):
+    """Fields both endpoints share (OpenAI's plus vLLM's usual extras)."""
+
+    model: str | None = None
+    n: int = 1
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    min_tokens: int = 0
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    cache_salt: str | None = None
+    user: str | None = None
+
+    def check_stream_options(self) -> None:
+        if self.stream_options is not None and not self.stream:
+            raise InvalidInputError("stream_options is only allowed when stream is true")
+
+    def _sampling_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "n": self.n, "seed": self.seed, "stop": self.stop or [], "min_tokens": self.min_tokens,
+            "stop_token_ids": self.stop_token_ids or [], "ignore_eos": self.ignore_eos,
+            "skip_special_tokens": self.skip_special_tokens,
+            "include_stop_str_in_output": self.include_stop_str_in_output,
+        }
+        optional = ("temperature", "top_p", "top_k", "min_p", "presence_penalty",
+                    "frequency_penalty", "repetition_penalty")
+        kwargs.update({k: getattr(self, k) for k in optional if getattr(self, k) is not None})
+        return kwargs
+
+
+class CompletionRequest(_SamplingFields):
+    prompt: Prompt
+    max_tokens: int | None = 16
+    logprobs: int | None = None
+    echo: bool = False
+    suffix: str | None = None
+
+    def prompts(self) -> list[str | list[int]]:
+        """The prompt field as a list of prompts (text or token ids)."""
+        p = self.prompt
+        if isinstance(p, str):
+            return [p]
+        if not p:
+            raise InvalidInputError("prompt must not be empty")
+        if isinstance(p[0], int):
+            return [p]  # one prompt given as token ids
+        return list(p)
+
+    def to_sampling_params(self) -> SamplingParams:
+        if self.suffix:
+            raise InvalidInputError("suffix is not supported")
+        if self.echo and self.logprobs is not None:
+            raise InvalidInputError("echo with logprobs is not supported (no prompt logprobs)")
+        return SamplingParams(max_tokens=self.max_tokens, logprobs=self.logprobs, **self._sampling_kwargs())
+
+
+class ContentPart(_Body):
+    model_config = ConfigDict(strict=True, extra="allow")
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(_Body):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+
+    def as_template_dict(self) -> dict[str, str]:
+        """{'role', 'content'} with content flattened to text, as chat templates expect."""
+        return {"role": "system" if self.role == "developer" else self.role, "content": self._text()}
+
+    def _text(self) -> str:
+        if self.content is None or isinstance(self.content, str):
+            return self.content or ""
+        for part in self.content:
+            if part.type != "text" or part.text is None:
+                raise InvalidInputError(f"content part of type {part.type!r} is not supported; only text")
+        return "".join(part.text for part in self.content)
+
+
+class ChatCompletionRequest(_SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+
+    def to_sampling_params(self) -> SamplingParams:
+        if self.top_logprobs is not None and not self.logprobs:
+            raise InvalidInputError("top_logprobs requires logprobs to be true")
+        max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        logprobs = (self.top_logprobs or 0) if self.logprobs else None
+        return SamplingParams(max_tokens=max_tokens, logprobs=logprobs, **self._sampling_kwargs())
+
+    def template_messages(self) -> list[dict[str, str]]:
+        return [m.as_template_dict() for m in self.messages]

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible HTTP server, one concern per module (see docs/server.md)."""

@@ -1,0 +1,109 @@
+"""POST /v1/chat/completions: messages through the model's chat template, streamed or not."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+
+from pagedllm.engine.async_engine import AsyncEngine, RequestAborted
+from pagedllm.engine.outputs import RequestOutput
+from pagedllm.entrypoints.protocol import ChatCompletionRequest
+from pagedllm.entrypoints.server import sse
+from pagedllm.entrypoints.server.deltas import ChoiceDelta, DeltaTracker
+from pagedllm.entrypoints.server.errors import APIError, from_abort, sse_error
+from pagedllm.entrypoints.server.logprobs import TokenText, chat_logprobs
+from pagedllm.entrypoints.server.submission import Submission, check_model, submit, until_disconnected
+from pagedllm.errors import UserFacingError
+
+router = APIRouter()
+
+
+@router.post("/v1/chat/completions")
+async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Any:
+    engine: AsyncEngine = request.app.state.engine
+    check_model(engine, body.model)
+    body.check_stream_options()
+    params = body.to_sampling_params()
+    prompt = await _template(engine, body)
+    submission = await submit(engine, "chatcmpl", [prompt], params, body.cache_salt)
+    view = _View(body, submission, params.n, request.app.state.token_text)
+    if body.stream:
+        return StreamingResponse(view.stream(), media_type="text/event-stream", headers=sse.HEADERS)
+    finals = await until_disconnected(request, submission.collect(), submission)
+    return view.response(finals[0])
+
+
+async def _template(engine: AsyncEngine, body: ChatCompletionRequest) -> list[int]:
+    messages = body.template_messages()
+    try:
+        return await engine.call(lambda e: e.apply_chat_template(messages))
+    except UserFacingError:
+        raise
+    except Exception as exc:  # a template that rejects these messages (e.g. role order)
+        raise APIError(400, f"could not apply the chat template: {exc}", param="messages") from exc
+
+
+class _View:
+    """Shapes one chat call's engine outputs into the OpenAI response or chunks."""
+
+    def __init__(self, body: ChatCompletionRequest, submission: Submission, n: int, text_of: TokenText) -> None:
+        self.body, self.submission, self.n, self.text_of = body, submission, n, text_of
+        self.include_usage = body.stream_options is not None and body.stream_options.include_usage
+
+    def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"id": self.submission.id, "object": obj, "created": self.submission.created,
+                "model": self.submission.engine.model_name, "system_fingerprint": None, "choices": choices}
+
+    def _logprobs(self, entries: list | None) -> dict[str, Any] | None:
+        if entries is None or not self.body.logprobs:
+            return None
+        return chat_logprobs(entries, self.text_of)
+
+    def response(self, final: RequestOutput) -> dict[str, Any]:
+        choices = [{"index": c.index, "message": {"role": "assistant", "content": c.text},
+                    "logprobs": self._logprobs(c.logprobs), "finish_reason": c.finish_reason,
+                    "stop_reason": c.stop_reason} for c in sorted(final.outputs, key=lambda c: c.index)]
+        usage = sse.usage(len(final.prompt_token_ids), sum(len(c.token_ids) for c in final.outputs))
+        return {**self._envelope("chat.completion", choices), "usage": usage}
+
+    def _chunk(self, choice: dict[str, Any]) -> str:
+        chunk = self._envelope("chat.completion.chunk", [choice])
+        if self.include_usage:
+            chunk["usage"] = None
+        return sse.event(chunk)
+
+    def _delta_chunks(self, delta: ChoiceDelta) -> list[str]:
+        chunks = []
+        if delta.text:
+            chunks.append(self._chunk({"index": delta.index, "delta": {"content": delta.text},
+                                       "logprobs": self._logprobs(delta.logprobs), "finish_reason": None}))
+        if delta.finish_reason is not None:
+            logprobs = None if delta.text else self._logprobs(delta.logprobs)
+            chunks.append(self._chunk({"index": delta.index, "delta": {}, "logprobs": logprobs,
+                                       "finish_reason": delta.finish_reason, "stop_reason": delta.stop_reason}))
+        return chunks
+
+    async def stream(self) -> AsyncIterator[str]:
+        tracker = DeltaTracker(self.n)
+        prompt_tokens = completion_tokens = 0
+        try:
+            for index in range(self.n):
+                yield self._chunk({"index": index, "delta": {"role": "assistant", "content": ""},
+                                   "logprobs": None, "finish_reason": None})
+            async for output in self.submission.outputs():
+                for delta in tracker.deltas(0, output):
+                    for chunk in self._delta_chunks(delta):
+                        yield chunk
+                prompt_tokens = len(output.prompt_token_ids)
+                completion_tokens = sum(len(c.token_ids) for c in output.outputs)
+            if self.include_usage:
+                yield sse.event({**self._envelope("chat.completion.chunk", []),
+                                 "usage": sse.usage(prompt_tokens, completion_tokens)})
+        except RequestAborted as exc:
+            yield sse_error(from_abort(exc))
+        finally:
+            self.submission.abort_unfinished()
+        yield sse.DONE

@@ -1,0 +1,110 @@
+"""POST /v1/completions: text or token-id prompts, one or many, streamed or not."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+
+from pagedllm.engine.async_engine import AsyncEngine, RequestAborted
+from pagedllm.engine.outputs import RequestOutput
+from pagedllm.entrypoints.protocol import CompletionRequest
+from pagedllm.entrypoints.server import sse
+from pagedllm.entrypoints.server.deltas import ChoiceDelta, DeltaTracker
+from pagedllm.entrypoints.server.errors import from_abort, sse_error
+from pagedllm.entrypoints.server.logprobs import TokenText, completion_logprobs
+from pagedllm.entrypoints.server.submission import Submission, check_model, submit, until_disconnected
+
+router = APIRouter()
+
+
+@router.post("/v1/completions")
+async def create_completion(body: CompletionRequest, request: Request) -> Any:
+    engine: AsyncEngine = request.app.state.engine
+    check_model(engine, body.model)
+    body.check_stream_options()
+    params = body.to_sampling_params()
+    submission = await submit(engine, "cmpl", body.prompts(), params, body.cache_salt)
+    view = _View(body, submission, params.n, request.app.state.token_text)
+    if body.stream:
+        return StreamingResponse(view.stream(), media_type="text/event-stream", headers=sse.HEADERS)
+    finals = await until_disconnected(request, submission.collect(), submission)
+    return view.response(finals)
+
+
+class _View:
+    """Shapes one completion call's engine outputs into the OpenAI response or chunks."""
+
+    def __init__(self, body: CompletionRequest, submission: Submission, n: int, text_of: TokenText) -> None:
+        self.body, self.submission, self.n, self.text_of = body, submission, n, text_of
+        self.engine = submission.engine
+
+    def _envelope(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"id": self.submission.id, "object": "text_completion", "created": self.submission.created,
+                "model": self.engine.model_name, "system_fingerprint": None, "choices": choices}
+
+    def _prompt_text(self, output: RequestOutput) -> str:
+        if isinstance(output.prompt, str):
+            return output.prompt
+        return self.engine.tokenizer.decode(output.prompt_token_ids)
+
+    def _logprobs(self, entries: list | None, offset: int) -> dict[str, Any] | None:
+        if entries is None or self.body.logprobs is None:
+            return None
+        return completion_logprobs(entries, self.text_of, offset)
+
+    def response(self, finals: list[RequestOutput]) -> dict[str, Any]:
+        choices, completion_tokens = [], 0
+        for prompt_index, output in enumerate(finals):
+            prefix = self._prompt_text(output) if self.body.echo else ""
+            for c in output.outputs:
+                completion_tokens += len(c.token_ids)
+                choices.append({"index": prompt_index * self.n + c.index, "text": prefix + c.text,
+                                "logprobs": self._logprobs(c.logprobs, len(prefix)),
+                                "finish_reason": c.finish_reason, "stop_reason": c.stop_reason})
+        choices.sort(key=lambda choice: choice["index"])
+        prompt_tokens = sum(len(o.prompt_token_ids) for o in finals)
+        return {**self._envelope(choices), "usage": sse.usage(prompt_tokens, completion_tokens)}
+
+    def _chunk(self, delta: ChoiceDelta) -> dict[str, Any]:
+        choice = {"index": delta.index, "text": delta.text,
+                  "logprobs": self._logprobs(delta.logprobs, delta.text_offset),
+                  "finish_reason": delta.finish_reason, "stop_reason": delta.stop_reason}
+        return self._with_usage_field(self._envelope([choice]))
+
+    def _with_usage_field(self, chunk: dict[str, Any]) -> dict[str, Any]:
+        if self.body.stream_options is not None and self.body.stream_options.include_usage:
+            chunk["usage"] = None
+        return chunk
+
+    def _echo_chunks(self, prompt_index: int, output: RequestOutput) -> list[str]:
+        text = self._prompt_text(output)
+        return [sse.event(self._with_usage_field(self._envelope([
+            {"index": prompt_index * self.n + i, "text": text, "logprobs": None, "finish_reason": None}])))
+            for i in range(self.n)]
+
+    async def stream(self) -> AsyncIterator[str]:
+        tracker, echoed = DeltaTracker(self.n), set()
+        prompt_tokens: dict[int, int] = {}
+        completion_tokens: dict[int, int] = {}
+        try:
+            async for output in self.submission.outputs():
+                prompt_index = self.submission.prompt_index(output)
+                if self.body.echo and prompt_index not in echoed:
+                    echoed.add(prompt_index)
+                    for chunk in self._echo_chunks(prompt_index, output):
+                        yield chunk
+                for delta in tracker.deltas(prompt_index, output):
+                    yield sse.event(self._chunk(delta))
+                prompt_tokens[prompt_index] = len(output.prompt_token_ids)
+                completion_tokens[prompt_index] = sum(len(c.token_ids) for c in output.outputs)
+            if self.body.stream_options is not None and self.body.stream_options.include_usage:
+                usage = sse.usage(sum(prompt_tokens.values()), sum(completion_tokens.values()))
+                yield sse.event({**self._envelope([]), "usage": usage})
+        except RequestAborted as exc:
+            yield sse_error(from_abort(exc))
+        finally:
+            self.submission.abort_unfinished()
+        yield sse.DONE

@@ -1,0 +1,113 @@
+"""OpenAI-style error bodies, and the handlers that turn every failure into one.
+
+Every invalid request gets {"error": {"message", "type", "param", "code"}} with a 4xx status;
+FastAPI's 422 validation errors are folded into 400 so clients see what OpenAI would send.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from pagedllm.engine.async_engine import RequestAborted
+from pagedllm.entrypoints.protocol import ChatCompletionRequest, CompletionRequest
+from pagedllm.errors import UserFacingError
+
+logger = logging.getLogger(__name__)
+
+_KNOWN_PARAMS = set(CompletionRequest.model_fields) | set(ChatCompletionRequest.model_fields)
+_LEADING_NAME = re.compile(r"^([a-z_]+)\b")
+
+
+class APIError(Exception):
+    """An error with its HTTP status, raised by handlers and rendered as OpenAI error JSON."""
+
+    def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
+        self.headers = headers
+
+
+def error_body(message: str, type_: str = "invalid_request_error", param: str | None = None,
+               code: str | int | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def error_response(error: APIError) -> JSONResponse:
+    body = error_body(error.message, error.type, error.param, error.code)
+    return JSONResponse(body, status_code=error.status, headers=error.headers)
+
+
+def from_user_error(exc: UserFacingError) -> APIError:
+    """A 400 for bad input; param guessed from the message's leading name (e.g. 'top_p must ...')."""
+    message = str(exc)
+    match = _LEADING_NAME.match(message)
+    param = match.group(1) if match and match.group(1) in _KNOWN_PARAMS else None
+    return APIError(400, message, param=param)
+
+
+def model_not_found(name: str) -> APIError:
+    return APIError(404, f"The model `{name}` does not exist.", param="model", code="model_not_found")
+
+
+def overloaded() -> APIError:
+    return APIError(503, "The server is overloaded: too many waiting requests; retry later.",
+                    type_="server_overloaded", code="server_overloaded", headers={"Retry-After": "1"})
+
+
+def from_abort(exc: RequestAborted) -> APIError:
+    return APIError(503, str(exc), type_="service_unavailable", code="request_aborted")
+
+
+def _validation_error(exc: RequestValidationError) -> APIError:
+    first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request", "type": ""}
+    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
+    if first.get("type") == "json_invalid":
+        return APIError(400, f"malformed JSON body: {first.get('msg')}")
+    if not loc:
+        return APIError(400, f"request body: {first.get('msg')}")
+    param = next((p for p in loc if not p.isdigit()), loc[0])
+    return APIError(400, f"{'.'.join(loc)}: {first.get('msg')}", param=param)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(_validation_error(exc))
+
+    @app.exception_handler(APIError)
+    async def on_api_error(request: Request, exc: APIError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(UserFacingError)
+    async def on_user_error(request: Request, exc: UserFacingError) -> JSONResponse:
+        return error_response(from_user_error(exc))
+
+    @app.exception_handler(RequestAborted)
+    async def on_aborted(request: Request, exc: RequestAborted) -> JSONResponse:
+        return error_response(from_abort(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        type_ = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return error_response(APIError(exc.status_code, str(exc.detail), type_=type_,
+                                       headers=getattr(exc, "headers", None)))
+
+    @app.exception_handler(Exception)
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        logger.exception("unexpected error in %s %s", request.method, request.url.path)
+        return error_response(APIError(500, "internal server error", type_="internal_error"))
+
+
+def sse_error(error: APIError) -> str:
+    """An error event for a stream that has already started."""
+    return f"data: {json.dumps(error_body(error.message, error.type, error.param, error.code))}\n\n"

@@ -1,0 +1,63 @@
+"""Read-only endpoints: models, health, Prometheus metrics, the KV pool snapshot, the dashboard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import FileResponse, JSONResponse
+
+from pagedllm.engine.async_engine import AsyncEngine
+from pagedllm.entrypoints.server.errors import model_not_found
+from pagedllm.metrics import CONTENT_TYPE
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+router = APIRouter()
+
+
+def _model_card(engine: AsyncEngine, created: int) -> dict[str, Any]:
+    return {"id": engine.model_name, "object": "model", "created": created, "owned_by": "pagedllm",
+            "root": engine.config.model or engine.model_name, "max_model_len": engine.max_model_len}
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> dict[str, Any]:
+    card = _model_card(request.app.state.engine, request.app.state.started)
+    return {"object": "list", "data": [card]}
+
+
+@router.get("/v1/models/{model_id:path}")
+async def get_model(model_id: str, request: Request) -> dict[str, Any]:
+    engine: AsyncEngine = request.app.state.engine
+    if model_id != engine.model_name:
+        raise model_not_found(model_id)
+    return _model_card(engine, request.app.state.started)
+
+
+@router.get("/health")
+async def health(request: Request) -> JSONResponse:
+    ok = request.app.state.engine.running
+    return JSONResponse({"status": "ok" if ok else "engine stopped"}, status_code=200 if ok else 503)
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE)
+
+
+@router.get("/v1/kv")
+async def kv_snapshot(request: Request) -> dict[str, Any]:
+    engine: AsyncEngine = request.app.state.engine
+    snapshot = await engine.kv_snapshot()
+    return {**snapshot, "model": engine.model_name}
+
+
+@router.get("/dashboard")
+async def dashboard() -> FileResponse:
+    return FileResponse(STATIC_DIR / "dashboard.html", media_type="text/html")
+
+
+@router.get("/dashboard.js")
+async def dashboard_js() -> FileResponse:
+    return FileResponse(STATIC_DIR / "dashboard.js", media_type="text/javascript")

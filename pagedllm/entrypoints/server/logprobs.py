@@ -1,0 +1,58 @@
+"""Logprobs in the two OpenAI shapes: legacy completions and chat."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pagedllm.engine.outputs import TokenLogprob
+
+
+def finite(logprob: float) -> float:
+    """JSON has no -inf; a token the sampler could never pick gets a very low finite value."""
+    return max(float(logprob), -9999.0)
+
+
+class TokenText:
+    """Token id -> its text, with a small cache (the same ids recur across top-k lists)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        self._cache: dict[int, str] = {}
+
+    def __call__(self, token_id: int) -> str:
+        text = self._cache.get(token_id)
+        if text is None:
+            text = self._tokenizer.decode([token_id])
+            if len(self._cache) < 65536:
+                self._cache[token_id] = text
+        return text
+
+
+def completion_logprobs(entries: list[TokenLogprob], text_of: TokenText, offset: int) -> dict[str, Any]:
+    """{"tokens", "token_logprobs", "top_logprobs", "text_offset"} as /v1/completions returns."""
+    tokens = [text_of(e.token_id) for e in entries]
+    offsets = []
+    for token in tokens:
+        offsets.append(offset)
+        offset += len(token)
+    return {
+        "tokens": tokens,
+        "token_logprobs": [finite(e.logprob) for e in entries],
+        "top_logprobs": [{text_of(t): finite(lp) for t, lp in e.top.items()} for e in entries],
+        "text_offset": offsets,
+    }
+
+
+def chat_logprobs(entries: list[TokenLogprob], text_of: TokenText) -> dict[str, Any]:
+    """{"content": [{"token", "logprob", "bytes", "top_logprobs"}]} as /v1/chat/completions returns."""
+    return {"content": [_chat_entry(e, text_of) for e in entries], "refusal": None}
+
+
+def _chat_entry(entry: TokenLogprob, text_of: TokenText) -> dict[str, Any]:
+    item = _token(text_of(entry.token_id), entry.logprob)
+    item["top_logprobs"] = [_token(text_of(t), lp) for t, lp in entry.top.items()]
+    return item
+
+
+def _token(text: str, logprob: float) -> dict[str, Any]:
+    return {"token": text, "logprob": finite(logprob), "bytes": list(text.encode("utf-8"))}

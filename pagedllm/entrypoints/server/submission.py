@@ -1,0 +1,100 @@
+"""One HTTP call's engine requests: admission, collection, and abort when the caller leaves."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from typing import TypeVar
+
+from fastapi import Request
+
+from pagedllm.engine.async_engine import AsyncEngine, OutputStream
+from pagedllm.engine.outputs import RequestOutput
+from pagedllm.entrypoints.server.errors import APIError, model_not_found, overloaded
+from pagedllm.sampling_params import SamplingParams
+
+T = TypeVar("T")
+
+
+class Submission:
+    """Prompts of one call, each an engine request '<id>-<index>', all feeding one stream."""
+
+    def __init__(self, engine: AsyncEngine, prefix: str) -> None:
+        self.engine = engine
+        self.id = f"{prefix}-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.stream = OutputStream()
+        self.request_ids: list[str] = []
+        self._finished: set[str] = set()
+
+    def prompt_index(self, output: RequestOutput) -> int:
+        return int(output.request_id.rsplit("-", 1)[1])
+
+    async def add(self, prompts: list[str | list[int]], params: SamplingParams,
+                  cache_salt: str | None) -> None:
+        try:
+            for index, prompt in enumerate(prompts):
+                request_id = f"{self.id}-{index}"
+                self.request_ids.append(request_id)
+                await self.engine.add_request(request_id, prompt, params, self.stream, cache_salt)
+        except BaseException:
+            self.abort_unfinished()
+            raise
+
+    async def outputs(self) -> AsyncIterator[RequestOutput]:
+        async for output in self.stream:
+            if output.finished:
+                self._finished.add(output.request_id)
+            yield output
+
+    async def collect(self) -> list[RequestOutput]:
+        """The final output of every prompt, in prompt order."""
+        finals: dict[str, RequestOutput] = {}
+        async for output in self.outputs():
+            if output.finished:
+                finals[output.request_id] = output
+        return [finals[request_id] for request_id in self.request_ids]
+
+    def abort_unfinished(self) -> None:
+        for request_id in self.request_ids:
+            if request_id not in self._finished:
+                self.engine.abort(request_id)
+
+
+def check_model(engine: AsyncEngine, name: str | None) -> None:
+    if name is not None and name != engine.model_name:
+        raise model_not_found(name)
+
+
+async def submit(engine: AsyncEngine, prefix: str, prompts: list[str | list[int]],
+                 params: SamplingParams, cache_salt: str | None) -> Submission:
+    if engine.is_overloaded():
+        raise overloaded()
+    submission = Submission(engine, prefix)
+    await submission.add(prompts, params, cache_salt)
+    return submission
+
+
+async def until_disconnected(request: Request, work: Awaitable[T], submission: Submission) -> T:
+    """Await work; if the client goes away first, abort the submission's requests."""
+    work_task = asyncio.ensure_future(work)
+    watch_task = asyncio.ensure_future(_wait_disconnect(request))
+    try:
+        await asyncio.wait({work_task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
+        if not work_task.done():
+            work_task.cancel()
+            submission.abort_unfinished()
+            raise APIError(400, "the client disconnected")  # nobody reads it; ends the handler
+        return work_task.result()
+    finally:
+        watch_task.cancel()
+        if not work_task.done():
+            work_task.cancel()
+            submission.abort_unfinished()
+
+
+async def _wait_disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
