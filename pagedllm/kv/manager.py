@@ -115,7 +115,8 @@ class KVCacheManager:
 
     def allocate(self, seq_id: SeqId, token_ids: Sequence[int], num_new_tokens: int,
                  prefix: PrefixHit | None = None, extra_keys: tuple = ()) -> Allocation | None:
-        """Slots for the next num_new_tokens positions of seq_id, or None (nothing changed) if they do not fit."""
+        """Slots for the next num_new_tokens positions of seq_id, or None (nothing changed) if they do not fit
+        or the prefix hit went stale (a hit block was evicted since lookup_prefix: look up again)."""
         self._check_count(num_new_tokens)
         seq = self._seqs.get(seq_id)
         start = seq.table.num_tokens if seq is not None else self._check_prefix(prefix).num_tokens
@@ -123,8 +124,8 @@ class KVCacheManager:
             raise InvalidInputError(
                 f"sequence {seq_id!r}: token_ids has {len(token_ids)} tokens but positions up to "
                 f"{start + num_new_tokens - 1} are being allocated")
-        if seq is None:
-            self._verify_prefix(prefix, token_ids, extra_keys)
+        if seq is None and not self._prefix_still_valid(prefix, token_ids, extra_keys):
+            return None
         if self._blocks_to_take(seq_id, num_new_tokens, prefix) > self.pool.num_free_blocks:
             return None
         if seq is None:
@@ -266,16 +267,19 @@ class KVCacheManager:
                                     f"{prefix.num_tokens} tokens (block_size {self.block_size})")
         return prefix
 
-    def _verify_prefix(self, prefix: PrefixHit | None, token_ids: Sequence[int], extra_keys: tuple) -> None:
-        """A hit must still hold exactly these tokens: a block evicted since lookup_prefix is refused."""
+    def _prefix_still_valid(self, prefix: PrefixHit | None, token_ids: Sequence[int], extra_keys: tuple) -> bool:
+        """Whether every hit block still holds exactly these tokens. Another allocation between lookup_prefix
+        and allocate (e.g. a sibling sequence admitted first) may have evicted one."""
         parent = ROOT
         for i, b in enumerate(self._check_prefix(prefix).blocks):
-            key = self.pool.blocks[b].block_hash if 0 <= b < self.num_blocks else None
+            if not 0 <= b < self.num_blocks:
+                raise InvalidInputError(f"prefix hit names block {b}, outside the pool of {self.num_blocks}")
+            key = self.pool.blocks[b].block_hash
             chunk = token_ids[i * self.block_size:(i + 1) * self.block_size]
             if key is None or not key_matches(key, parent, chunk, extra_keys):
-                raise InvalidInputError(f"stale prefix hit: block {b} no longer holds tokens of block {i}; "
-                                        "call lookup_prefix again")
+                return False
             parent = key.digest
+        return True
 
     # ---- invariants ----------------------------------------------------------------------------------
 

@@ -247,7 +247,7 @@ def test_bad_inputs_are_user_facing_errors():
     m.check_invariants()
 
 
-def test_stale_prefix_hit_is_refused():
+def test_stale_prefix_hit_returns_none_without_mutation():
     m = KVCacheManager(2, 2)
     m.allocate("a", [1, 2, 3], 3)
     m.free("a")
@@ -255,10 +255,26 @@ def test_stale_prefix_hit_is_refused():
     assert hit.blocks == [0]
     m.allocate("b", [5, 5, 5, 5], 4)  # evicts block 0
     m.free("b")
-    with pytest.raises(InvalidInputError, match="stale prefix hit"):
-        m.allocate("c", [1, 2, 3], 1, hit)
-    assert not m.has_seq("c")
+    before = state(m)
+    assert m.allocate("c", [1, 2, 3], 1, hit) is None
+    assert m.allocate("c", [9, 9, 3], 1, hit) is None  # a hit for other tokens is refused the same way
+    assert state(m) == before and not m.has_seq("c")
+    with pytest.raises(InvalidInputError, match="outside the pool"):
+        m.allocate("c", [1, 2, 3], 1, PrefixHit([7], 2))
+    assert m.lookup_prefix([5, 5, 5, 5, 1]).blocks == [1, 0]
+    fresh = m.lookup_prefix([5, 5, 1])
+    assert fresh.blocks == [1] and m.allocate("c", [5, 5, 1], 1, fresh) == Allocation([0], [])
     m.check_invariants()
+
+
+def test_sibling_admission_can_evict_a_planned_hit():
+    m = KVCacheManager(3, 2)
+    m.allocate("a", [1, 2, 3], 3)
+    m.free("a")
+    hit_y = m.lookup_prefix([1, 2, 3])
+    m.allocate("x", [4, 4, 4, 4, 4, 4], 6)  # pops all three free blocks, evicting block 0
+    m.free("x")
+    assert m.allocate("y", [1, 2, 3], 1, hit_y) is None
 
 
 def test_check_invariants_names_the_broken_invariant():
