@@ -262,6 +262,8 @@ class KVCacheManager:
             return PrefixHit([], 0)
         if prefix.blocks and not self.enable_prefix_caching:
             raise InvalidInputError("a prefix hit was passed but prefix caching is disabled")
+        if any(not 0 <= b < self.num_blocks for b in prefix.blocks):
+            raise InvalidInputError(f"prefix hit names blocks {prefix.blocks}, outside the pool of {self.num_blocks}")
         if prefix.num_tokens != len(prefix.blocks) * self.block_size:
             raise InvalidInputError(f"prefix hit covers {len(prefix.blocks)} blocks but claims "
                                     f"{prefix.num_tokens} tokens (block_size {self.block_size})")
@@ -272,8 +274,6 @@ class KVCacheManager:
         and allocate (e.g. a sibling sequence admitted first) may have evicted one."""
         parent = ROOT
         for i, b in enumerate(self._check_prefix(prefix).blocks):
-            if not 0 <= b < self.num_blocks:
-                raise InvalidInputError(f"prefix hit names block {b}, outside the pool of {self.num_blocks}")
             key = self.pool.blocks[b].block_hash
             chunk = token_ids[i * self.block_size:(i + 1) * self.block_size]
             if key is None or not key_matches(key, parent, chunk, extra_keys):
@@ -325,6 +325,8 @@ class KVCacheManager:
             _require(len(set(t.blocks)) == len(t.blocks), f"seq {sid!r}: a block appears twice in its table")
             want_keys = t.num_tokens // self.block_size if self.enable_prefix_caching else 0
             _require(len(seq.keys) == want_keys, f"seq {sid!r}: {len(seq.keys)} hashed blocks, want {want_keys}")
+            parents = [ROOT] + [k.digest for k in seq.keys[:-1]]
+            _require(all(k.parent == p for k, p in zip(seq.keys, parents)), f"seq {sid!r}: hash chain broken")
             for b in t.blocks:
                 refs[b] = refs.get(b, 0) + 1
         return refs
