@@ -1,0 +1,128 @@
+"""Incremental detokenization with stop strings, safe for streaming.
+
+Text is decoded over a short sliding window of ids: `prefix_offset..read_offset`
+is already-emitted context (a few prompt tokens at the start, so leading
+spaces and merges decode as they would in the full sequence) and
+`read_offset..end` holds the tokens not yet turned into text. The new text is
+decode(window) minus decode(context); while it ends in U+FFFD (a UTF-8
+character split across byte tokens) it is held back until later tokens
+complete it.
+
+Stop strings are searched in the accumulated text. While streaming, any tail
+that could still grow into a stop string is held back, so partial stop text
+is never emitted; on a match the output ends before the stop string (or
+after it with include_stop_str_in_output).
+"""
+
+from typing import Protocol
+
+from pagedllm.sampling_params import SamplingParams
+
+CONTEXT_TOKENS = 5  # prompt tokens decoded as context for the first output token
+REPLACEMENT_CHAR = "\ufffd"
+
+
+class Tokenizer(Protocol):
+    """Both transformers tokenizers and `tokenizers.Tokenizer` fit."""
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = ...) -> str: ...
+
+
+class IncrementalDetokenizer:
+    """Turns one completion's tokens into text deltas; one instance per completion."""
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        params: SamplingParams,
+        prompt_ids: list[int],
+        stop_token_ids: set[int] | frozenset[int] = frozenset(),
+    ) -> None:
+        """stop_token_ids: ids that end the request (EOS, params.stop_token_ids); they add
+        no text unless include_stop_str_in_output."""
+        self.tokenizer = tokenizer
+        self.params = params
+        self.stop_token_ids = frozenset(stop_token_ids)
+        self.ids: list[int] = list(prompt_ids[-CONTEXT_TOKENS:])
+        self.prefix_offset = 0
+        self.read_offset = len(self.ids)
+        self._decoded = ""  # all text decoded so far (stop strings not cut)
+        self._emitted = 0  # length of the _decoded prefix handed out
+        self._final: str | None = None  # set once a stop string matched or finish() ran
+        self.stop_reason: str | None = None  # the stop string that matched
+        self._max_stop = max((len(s) for s in params.stop), default=0)
+
+    @property
+    def text(self) -> str:
+        """The output text so far: everything emitted (the whole output once finished)."""
+        return self._final if self._final is not None else self._decoded[: self._emitted]
+
+    @property
+    def finished(self) -> bool:
+        return self._final is not None
+
+    def append(self, token_id: int) -> str:
+        """Add one output token; return the text delta that is now safe to show."""
+        if self._final is not None:
+            return ""
+        if token_id in self.stop_token_ids and not self.params.include_stop_str_in_output:
+            return ""
+        self.ids.append(token_id)
+        self._decoded += self._decode_new(flush=False)
+        return self._advance(final=False)
+
+    def finish(self) -> str:
+        """End of the completion: flush whatever was held back and return it."""
+        if self._final is not None:
+            return ""
+        self._decoded += self._decode_new(flush=True)
+        return self._advance(final=True)
+
+    def _decode_new(self, flush: bool) -> str:
+        skip = self.params.skip_special_tokens
+        context = self.tokenizer.decode(self.ids[self.prefix_offset : self.read_offset], skip_special_tokens=skip)
+        window = self.tokenizer.decode(self.ids[self.prefix_offset :], skip_special_tokens=skip)
+        if len(window) <= len(context) or (window.endswith(REPLACEMENT_CHAR) and not flush):
+            return ""  # nothing new yet, or a character still split across tokens
+        self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+        return window[len(context) :]
+
+    def _advance(self, final: bool) -> str:
+        """Check stop strings, then emit up to the safe boundary."""
+        cut = self._find_stop()
+        if cut is not None:
+            return self._end(cut)
+        if final:
+            return self._end(len(self._decoded))
+        safe = len(self._decoded) - self._stop_prefix_len()
+        delta = self._decoded[self._emitted : safe]
+        self._emitted = max(self._emitted, safe)
+        return delta
+
+    def _end(self, cut: int) -> str:
+        delta = self._decoded[self._emitted : cut]
+        self._final = self._decoded[:cut]
+        self._emitted = cut
+        return delta
+
+    def _find_stop(self) -> int | None:
+        """Where the output ends if a stop string occurs in the new text (earliest match)."""
+        start = max(0, self._emitted - self._max_stop)
+        best: tuple[int, str] | None = None
+        for stop in self.params.stop:
+            i = self._decoded.find(stop, start)
+            if i >= 0 and (best is None or i < best[0]):
+                best = (i, stop)
+        if best is None:
+            return None
+        self.stop_reason = best[1]
+        keep = len(best[1]) if self.params.include_stop_str_in_output else 0
+        return best[0] + keep
+
+    def _stop_prefix_len(self) -> int:
+        """Length of the longest tail of the text that is a proper prefix of some stop string."""
+        tail = self._decoded[-self._max_stop :] if self._max_stop else ""
+        for k in range(min(len(tail), self._max_stop - 1), 0, -1):
+            if any(stop.startswith(tail[-k:]) for stop in self.params.stop):
+                return k
+        return 0

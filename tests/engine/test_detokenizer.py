@@ -1,0 +1,138 @@
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pagedllm.engine.detokenizer import IncrementalDetokenizer
+from pagedllm.sampling_params import SamplingParams
+
+GGUF = Path.home() / ".cache" / "pagedllm" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+TEXTS = [
+    "Hello wörld! Ça va? naïve façade, Ærøskøbing.",
+    "Emoji: 😀🎉👩‍👩‍👧 and flags 🇫🇷🇯🇵 done",
+    "中文测试：你好，世界。日本語のテキスト、한국어 텍스트.",
+    "def f(x):\n    return {'a': x ** 2}  # ü → ∑\n\tprint(f(3))",
+    "   leading spaces and trailing   ",
+    "mixed: a😀b中c\u00e9d\n\n end",
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    if not GGUF.exists():
+        pytest.skip("default model not fetched (pagedllm fetch-default-model)")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(GGUF.parent), gguf_file=GGUF.name)
+
+
+def stream(tokenizer, ids: list[int], params: SamplingParams, prompt: list[int] = (), stop_ids=frozenset()):
+    detok = IncrementalDetokenizer(tokenizer, params, list(prompt), stop_ids)
+    deltas = []
+    for t in ids:
+        deltas.append(detok.append(t))
+        if detok.finished:
+            break
+    deltas.append(detok.finish())
+    return detok, deltas
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_deltas_concatenate_to_full_decode(tokenizer, text):
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    prompt = tokenizer.encode("Say something:", add_special_tokens=False)
+    detok, deltas = stream(tokenizer, ids, SamplingParams(), prompt)
+    assert "".join(deltas) == tokenizer.decode(ids) == text
+    assert detok.text == text and detok.stop_reason is None
+    assert not any("\ufffd" in d for d in deltas)
+
+
+def test_split_character_is_held_until_complete(tokenizer):
+    ids = tokenizer.encode(" 😀", add_special_tokens=False)
+    assert len(ids) > 1  # byte-level pieces of one character
+    detok = IncrementalDetokenizer(tokenizer, SamplingParams(), [])
+    deltas = [detok.append(t) for t in ids]
+    assert deltas[:-1] == [""] * (len(ids) - 1) and deltas[-1] == " 😀"
+
+
+def test_special_tokens_skipped_or_kept(tokenizer):
+    ids = tokenizer.encode("Hi<|im_end|>", add_special_tokens=False)
+    _, deltas = stream(tokenizer, ids, SamplingParams())
+    assert "".join(deltas) == "Hi"
+    _, deltas = stream(tokenizer, ids, SamplingParams(skip_special_tokens=False))
+    assert "".join(deltas) == "Hi<|im_end|>"
+
+
+def test_stop_token_adds_no_text(tokenizer):
+    eos = tokenizer.eos_token_id
+    ids = tokenizer.encode("Done", add_special_tokens=False) + [eos]
+    params = SamplingParams(skip_special_tokens=False)
+    _, deltas = stream(tokenizer, ids, params, stop_ids={eos})
+    assert "".join(deltas) == "Done"
+
+
+@pytest.mark.parametrize(
+    "text, stop, expected, reason",
+    [
+        ("The answer is 42. END OF ANSWER and more", ["END OF ANSWER"], "The answer is 42. ", "END OF ANSWER"),
+        ("Line one\n\nLine two", ["\n\n"], "Line one", "\n\n"),
+        ("emoji 😀🎉 stop here", ["🎉 st"], "emoji 😀", "🎉 st"),
+        ("abc ENDX ENDING", ["ENDING", "ENDX"], "abc ", "ENDX"),  # earliest match wins
+        ("no stop in here", ["zzz"], "no stop in here", None),
+    ],
+)
+def test_stop_strings_cut_and_never_leak(tokenizer, text, stop, expected, reason):
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    detok, deltas = stream(tokenizer, ids, SamplingParams(stop=stop))
+    # emitted text cannot be taken back: any leaked stop text would make the join longer
+    assert "".join(deltas) == detok.text == expected
+    assert detok.stop_reason == reason
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    text=st.text(st.characters(exclude_categories=("Cs",)), max_size=40),
+    stop=st.text(alphabet="ab 😀é", min_size=1, max_size=3),
+)
+def test_random_text_streams_like_full_decode(tokenizer, text, stop):
+    ids = tokenizer.encode(text + " ab😀é a", add_special_tokens=False)
+    full = tokenizer.decode(ids)
+    detok, deltas = stream(tokenizer, ids, SamplingParams(stop=[stop]))
+    cut = full.find(stop)
+    assert "".join(deltas) == (full if cut < 0 else full[:cut])
+    assert all("\ufffd" not in d for d in deltas) or "\ufffd" in full
+
+
+def test_partial_stop_text_is_held_back(tokenizer):
+    text = "Result: STOP"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    detok = IncrementalDetokenizer(tokenizer, SamplingParams(stop=["STOP"]), [])
+    out = ""
+    for t in ids:
+        out += detok.append(t)
+        assert "S" not in out.replace("Result", "")  # not even the first letter of STOP
+    assert out == "Result: " and detok.stop_reason == "STOP" and detok.finished
+    assert detok.append(tokenizer.encode(" more", add_special_tokens=False)[0]) == ""
+
+
+def test_held_back_false_start_is_released(tokenizer):
+    text = "a STO b STOP"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    detok, deltas = stream(tokenizer, ids, SamplingParams(stop=["STOP"]))
+    assert "".join(deltas) == "a STO b "
+
+
+def test_include_stop_str_in_output(tokenizer):
+    ids = tokenizer.encode("x = 1; END; y", add_special_tokens=False)
+    detok, deltas = stream(tokenizer, ids, SamplingParams(stop=["END"], include_stop_str_in_output=True))
+    assert "".join(deltas) == detok.text == "x = 1; END"
+
+
+def test_finish_flushes_held_stop_prefix(tokenizer):
+    ids = tokenizer.encode("ends with ST", add_special_tokens=False)
+    detok, deltas = stream(tokenizer, ids, SamplingParams(stop=["STOP"]))
+    assert deltas[-1].endswith("ST") and "".join(deltas) == detok.text == "ends with ST"
