@@ -127,7 +127,7 @@ class SyntheticConfig:
 
     num_requests: int = 1000
     seed: int = 0
-    rate: float = 0.25
+    rate: float = 0.5  # requests per step: more than the default pool serves, so requests wait
     max_len: int = DEFAULT_MAX_LEN
     prompt_mean: float = 160.0
     prompt_sigma: float = 1.0

@@ -1,0 +1,104 @@
+import pytest
+
+from pagedllm.errors import InvalidInputError
+from pagedllm.kv.simulate import SimConfig, simulate
+from pagedllm.kv.trace import SyntheticConfig, TraceRequest, synthetic_trace
+
+
+def test_default_chat_trace_paged_wastes_little_and_holds_far_more_requests():
+    """The headline, on the real simulator, default pool and arrival rate, a shorter seeded trace."""
+    trace = synthetic_trace(SyntheticConfig(num_requests=300, seed=0))
+    result = simulate(trace, SimConfig(), ["contig-max", "paged-16"])
+    contig, paged = result.policies["contig-max"], result.policies["paged-16"]
+    assert contig.peak_waiting > 50 and paged.peak_waiting > 50  # the pool is the bottleneck
+    assert sum(paged.peak_pct(k) for k in ("reservation", "internal", "external")) < 4.0
+    assert sum(contig.peak_pct(k) for k in ("reservation", "internal", "external")) > 60.0
+    assert paged.peak_running >= 2.5 * contig.peak_running
+    assert paged.mean_running >= 2.5 * contig.mean_running
+    assert contig.finished == paged.finished == 300
+    assert contig.preemptions == 0
+
+
+def test_every_policy_keeps_invariants_and_frees_everything():
+    trace = synthetic_trace(SyntheticConfig(num_requests=30, seed=5, max_len=128, shared_fraction=0.5,
+                                            prompt_mean=40, output_mean=40, system_prompt_len=32))
+    cfg = SimConfig(pool_slots=512, max_len=128, block_sizes=(1, 4, 16, 64, 128), prefix_block_size=16)
+    result = simulate(trace, cfg, check=True)  # report.check() and check_invariants() every step
+    assert set(result.policies) == set(cfg.policy_names())
+    assert result.policies["paged-1"].preemptions > 0 and result.policies["prefix-16"].preemptions > 0
+    for r in result.policies.values():
+        assert r.finished == 30
+        assert r.utilization[-1] == 0.0  # the last recorded step: everything finished and freed
+
+
+def test_growth_failure_preempts_the_latest_arrival_and_it_still_finishes():
+    # 4 requests of 8-token prompts all admitted into 48 slots, each growing to 16: they cannot all fit
+    trace = [TraceRequest(arrival=i, prompt_len=8, output_len=8) for i in range(4)]
+    cfg = SimConfig(pool_slots=48, max_len=16, block_sizes=(4,), prefix_block_size=None)
+    result = simulate(trace, cfg, check=True)
+    paged = result.policies["paged-4"]
+    assert paged.preemptions >= 1 and paged.finished == 4
+    assert result.policies["contig-max"].preemptions == 0
+    assert result.policies["contig-max"].peak_running == 3  # 48 // 16
+
+
+def test_exact_policy_beats_max_len_when_max_tokens_is_tight():
+    trace = [TraceRequest(arrival=0, prompt_len=10, output_len=20, max_tokens=22) for _ in range(8)]
+    cfg = SimConfig(pool_slots=256, max_len=128, block_sizes=(), prefix_block_size=None)
+    result = simulate(trace, cfg, check=True)
+    assert result.policies["contig-max"].peak_running == 2
+    assert result.policies["contig-exact"].peak_running == 8
+    assert result.policies["contig-exact"].peak_pct("internal") > 0  # reserved 32, ends at 30
+
+
+def test_max_tokens_stops_generation():
+    trace = [TraceRequest(arrival=0, prompt_len=10, output_len=100, max_tokens=5)]
+    cfg = SimConfig(pool_slots=256, max_len=128, block_sizes=(4,), prefix_block_size=None)
+    result = simulate(trace, cfg, ["paged-4"])
+    assert result.policies["paged-4"].steps == 6  # admitted at step 0, 5 tokens in steps 1..5
+
+
+def test_prefix_sharing_stores_a_common_system_prompt_once():
+    trace = [TraceRequest(arrival=0, prompt_len=200, output_len=10, prefix_group="sys", prefix_len=192)
+             for _ in range(8)]
+    cfg = SimConfig(pool_slots=4096, max_len=256, block_sizes=(16,), prefix_block_size=16)
+    result = simulate(trace, cfg, ["paged-16", "prefix-16"], check=True)
+    plain, shared = result.policies["paged-16"].peak, result.policies["prefix-16"].peak
+    assert plain.tokens - shared.tokens == 7 * 192  # the prefix is held once instead of eight times
+
+
+def test_waiting_requests_are_admitted_in_arrival_order_and_skipped_idle_steps():
+    trace = [TraceRequest(arrival=100, prompt_len=4, output_len=2), TraceRequest(arrival=0, prompt_len=4, output_len=2)]
+    cfg = SimConfig(pool_slots=64, max_len=32, block_sizes=(4,), prefix_block_size=None)
+    r = simulate(trace, cfg, ["paged-4"]).policies["paged-4"]
+    assert r.finished == 2 and r.steps == 103 and len(r.utilization) == 6  # steps 0-2 and 100-102
+
+
+def test_memory_map_is_captured_for_the_draw_policy():
+    trace = synthetic_trace(SyntheticConfig(num_requests=30, seed=2, max_len=256))
+    cfg = SimConfig(pool_slots=2048, max_len=256, block_sizes=(16,), prefix_block_size=None)
+    result = simulate(trace, cfg, draw_step=40, draw_policy="paged-16")
+    mm = result.memory_map
+    assert mm is not None and mm.policy == "paged-16" and mm.step >= 40 and mm.block_size == 16
+    assert mm.entries and all(len(e.blocks) * 16 == e.capacity for e in mm.entries)
+    with pytest.raises(InvalidInputError, match="ended"):
+        simulate(trace, cfg, draw_step=10**6, draw_policy="contig-max")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(block_sizes=(0,)), "block size must be positive"),
+    (dict(block_sizes=(-4,)), "block size must be positive"),
+    (dict(pool_slots=1000, max_len=512, block_sizes=(16,)), "whole number"),
+    (dict(pool_slots=1024, max_len=2048), "cannot hold"),
+])
+def test_bad_config_is_a_user_error(kwargs, message):
+    with pytest.raises(InvalidInputError, match=message):
+        SimConfig(**kwargs)
+
+
+def test_unknown_policy_and_too_long_prompt_are_user_errors():
+    cfg = SimConfig(pool_slots=256, max_len=64, block_sizes=(4,), prefix_block_size=None)
+    with pytest.raises(InvalidInputError, match="unknown policy"):
+        simulate([TraceRequest(0, 4, 4)], cfg, ["paged-8"])
+    with pytest.raises(InvalidInputError, match="request 0"):
+        simulate([TraceRequest(0, 64, 4)], cfg)
