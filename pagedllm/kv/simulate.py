@@ -25,6 +25,7 @@ DEFAULT_POOL_SLOTS = 32768  # 16 max-length (2048) reservations
 DEFAULT_BLOCK_SIZES = (1, 4, 16, 64, 256)
 DEFAULT_PREFIX_BLOCK_SIZE = 16
 _PRIVATE_TOKEN_BASE = 1 << 40  # token ids: group text < 2**40 <= private text, so they never collide
+_MAX_POSITIONS = 1 << 20  # positions fit the low 20 bits of a synthetic token id
 
 
 @dataclass(slots=True)
@@ -36,8 +37,8 @@ class SimConfig:
     contiguous: tuple[str, ...] = ("max_len", "exact")
 
     def __post_init__(self) -> None:
-        if self.max_len <= 1:
-            raise InvalidInputError(f"max-len must be at least 2, got {self.max_len}")
+        if not 2 <= self.max_len <= _MAX_POSITIONS:
+            raise InvalidInputError(f"max-len must lie in [2, {_MAX_POSITIONS}], got {self.max_len}")
         if self.pool_slots < self.max_len:
             raise InvalidInputError(
                 f"pool of {self.pool_slots} slots cannot hold one max-length ({self.max_len}) request")
