@@ -123,6 +123,23 @@ class AsyncEngine:
         if self._thread.is_alive():
             logger.warning("engine thread did not stop within %.1f s", timeout)
 
+    async def drain(self, timeout: float) -> bool:
+        """Wait up to `timeout` s for every request to finish; True if none is left."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._has_live_requests() and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        return not self._has_live_requests()
+
+    def abort_all(self, reason: str = "the server is shutting down") -> None:
+        """Fire and forget: abort every live request; their callers get RequestAborted."""
+        if self._thread is not None:
+            self._submit(_Command(fn=lambda engine: self._abort_all(RequestAborted(reason))))
+
+    def _has_live_requests(self) -> bool:
+        stats = self.latest_stats
+        return self._pending_adds > 0 or stats.num_running > 0 or stats.num_waiting > 0
+
     async def call(self, fn: Callable[[Any], Any]) -> Any:
         """Run fn(engine) on the engine thread between steps and return its result."""
         if not self.running:

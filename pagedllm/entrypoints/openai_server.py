@@ -14,16 +14,37 @@ from pagedllm.metrics import ServerMetrics
 logger = logging.getLogger("pagedllm.server")
 
 
+class _Server(uvicorn.Server):
+    """uvicorn, with a shutdown that lets requests finish for a grace period, then aborts them.
+
+    Aborting through the engine lets every handler end its response cleanly (an error event on
+    a stream, a 503 otherwise) instead of being cancelled mid-write.
+    """
+
+    def __init__(self, config: uvicorn.Config, engine: AsyncEngine, grace: float) -> None:
+        super().__init__(config)
+        self.engine, self.grace = engine, grace
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()  # stop accepting before waiting
+        if not await self.engine.drain(self.grace):
+            logger.info("aborting the requests still running after %.1f s", self.grace)
+            self.engine.abort_all()
+        await super().shutdown(sockets)
+
+
 def build_server(engine: EngineProtocol, host: str = "127.0.0.1", port: int = 8000,
                  max_waiting_requests: int | None = None, shutdown_timeout: float = 5.0,
                  log_level: str = "info") -> uvicorn.Server:
     """A uvicorn server for `engine`; in-flight requests get `shutdown_timeout` s to finish on exit."""
     metrics = ServerMetrics(engine.model_name)
     async_engine = AsyncEngine(engine, observer=metrics, max_waiting_requests=max_waiting_requests)
-    app = create_app(async_engine, metrics, shutdown_timeout=shutdown_timeout + 5.0)
+    app = create_app(async_engine, metrics)
+    # uvicorn's own timeout is the fallback, should a handler not end after the abort.
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
-                            timeout_graceful_shutdown=shutdown_timeout, access_log=False)
-    return uvicorn.Server(config)
+                            timeout_graceful_shutdown=5.0, access_log=False)
+    return _Server(config, async_engine, grace=shutdown_timeout)
 
 
 def bind(host: str, port: int) -> socket.socket:

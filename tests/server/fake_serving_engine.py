@@ -156,11 +156,16 @@ class FakeEngine:
             ref = self.pool.refs[block]
             state = "used" if ref > 0 else ("cached" if block in cached else "free")
             blocks.append({"id": block, "state": state, "ref_cnt": ref, "filled": filled.get(block, 0),
-                           "owners": owners.get(block, [])})
-        empty = sum(self.config.block_size - filled.get(b, 0) for b in owners)
+                           "owners": sorted(set(owners.get(block, [])))})
+        stats = self.stats()
+        used_slots = stats.blocks_used * stats.block_size
+        waste = {"used_slots": used_slots, "tokens_stored": stats.tokens_stored,
+                 "empty_tail_slots": used_slots - stats.tokens_stored,
+                 "empty_tail_fraction": (used_slots - stats.tokens_stored) / used_slots if used_slots else 0.0,
+                 "token_occupancy": stats.token_occupancy, "block_occupancy": stats.block_occupancy}
         return {"block_size": self.config.block_size, "num_blocks": self.pool.num_blocks, "blocks": blocks,
-                "waste": {"internal_slots": empty, "internal_fraction": empty / max(1, len(owners) * self.config.block_size)},
-                "running": len(self.running), "waiting": len(self.waiting)}
+                "waste": waste, "running": stats.num_running, "waiting": stats.num_waiting,
+                "prefix_cache": {"queries_tokens": stats.prefix_queries_tokens, "hits_tokens": 0}}
 
     def apply_chat_template(self, messages: list[dict]) -> list[int]:
         text = "".join(f"<{m['role']}>{m['content']}\n" for m in messages) + "<assistant>"
