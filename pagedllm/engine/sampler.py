@@ -60,9 +60,11 @@ def make_generator(seed: int | None, index: int = 0, device: str | torch.device 
 
 def sample(logits: torch.Tensor, rows: list[SamplingRow], eos_token_ids: set[int]) -> list[SampleResult]:
     """Pick one token per row. logits: [N, V] float32, one row per entry of `rows`."""
-    raw_logprobs = torch.log_softmax(logits.float(), dim=-1)  # [N, V]
-    logits = apply_penalties(logits.float().clone(), rows)
-    mask_stop_tokens(logits, rows, eos_token_ids)
+    raw = logits = logits.float()
+    log_z = raw.logsumexp(dim=-1, keepdim=True)  # [N, 1]: raw logprob = raw logit - log_z
+    if any(r.params.has_penalties or len(r.output_ids) < r.params.min_tokens for r in rows):
+        logits = apply_penalties(logits.clone(), rows)
+        mask_stop_tokens(logits, rows, eos_token_ids)
     tokens = torch.empty(len(rows), dtype=torch.long, device=logits.device)
     greedy = [i for i, r in enumerate(rows) if r.params.greedy]
     randoms = [i for i, r in enumerate(rows) if not r.params.greedy]
@@ -70,7 +72,7 @@ def sample(logits: torch.Tensor, rows: list[SamplingRow], eos_token_ids: set[int
         tokens[greedy] = logits[greedy].argmax(dim=-1)
     if randoms:
         tokens[randoms] = _sample_random(logits[randoms], [rows[i] for i in randoms])
-    return _results(raw_logprobs, tokens, rows)
+    return _results(raw, log_z, tokens, rows)
 
 
 def apply_penalties(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
@@ -143,7 +145,32 @@ def _sample_random(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tenso
 
 
 def _truncated_probs(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
-    """Softmax after top-k, top-p and min-p truncation (done in sorted order, then unsorted)."""
+    """Softmax after top-k, top-p and min-p truncation.
+
+    Rows without top-k/top-p skip the sort. The path depends only on the row's
+    own params, so a seeded row computes the same probs whatever its neighbours.
+    """
+    sort = [r.params.top_k > 0 or r.params.top_p < 1.0 for r in rows]
+    plain = [i for i, s in enumerate(sort) if not s]
+    ranked = [i for i, s in enumerate(sort) if s]
+    probs = torch.empty_like(logits)
+    if plain:
+        probs[plain] = _min_p(logits[plain].softmax(dim=-1), [rows[i] for i in plain])
+    if ranked:
+        probs[ranked] = _sorted_truncation(logits[ranked], [rows[i] for i in ranked])
+    return probs
+
+
+def _min_p(probs: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
+    if all(r.params.min_p == 0.0 for r in rows):
+        return probs
+    min_p = _column(rows, list(range(len(rows))), "min_p", probs)
+    max_p = probs.max(dim=-1, keepdim=True).values
+    return torch.where(probs >= min_p * max_p, probs, torch.zeros_like(probs))
+
+
+def _sorted_truncation(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
+    """top-k, then top-p on the renormalised rest, then min-p; in sorted order, then unsorted."""
     sorted_logits, order = logits.sort(dim=-1, descending=True, stable=True)  # [M, V]
     vocab = logits.shape[1]
     top_k = torch.tensor([r.params.top_k or vocab for r in rows], device=logits.device)
@@ -172,19 +199,21 @@ def _exponentials(probs: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
     return q.clamp_min_(torch.finfo(q.dtype).tiny)
 
 
-def _results(raw_logprobs: torch.Tensor, tokens: torch.Tensor, rows: list[SamplingRow]) -> list[SampleResult]:
-    chosen = raw_logprobs.gather(1, tokens[:, None]).squeeze(1).tolist()
-    top = _top_logprobs(raw_logprobs, rows)
+def _results(raw: torch.Tensor, log_z: torch.Tensor, tokens: torch.Tensor, rows: list[SamplingRow]) -> list[SampleResult]:
+    chosen = (raw.gather(1, tokens[:, None]) - log_z).squeeze(1).tolist()
+    top = _top_logprobs(raw, log_z, rows)
     ids = tokens.tolist()
     return [SampleResult(ids[i], chosen[i], top[i]) for i in range(len(rows))]
 
 
-def _top_logprobs(raw_logprobs: torch.Tensor, rows: list[SamplingRow]) -> list[dict[int, float] | None]:
+def _top_logprobs(raw: torch.Tensor, log_z: torch.Tensor, rows: list[SamplingRow]) -> list[dict[int, float] | None]:
     wanted = [r.params.logprobs for r in rows]
     k_max = max((k for k in wanted if k is not None), default=None)
     if k_max is None:
         return [None] * len(rows)
-    values, indices = raw_logprobs.topk(k_max, dim=-1) if k_max else (None, None)
+    if k_max:
+        values, indices = raw.topk(k_max, dim=-1)
+        values = values - log_z
     out: list[dict[int, float] | None] = []
     for i, k in enumerate(wanted):
         if k is None:
