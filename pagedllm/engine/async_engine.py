@@ -94,6 +94,8 @@ class AsyncEngine:
         # tokenizers are not safe to share between threads.
         self.tokenizer = copy.deepcopy(engine.tokenizer)
         self.latest_stats: EngineStats = engine.stats()
+        if observer is not None:
+            observer.update_from_stats(self.latest_stats)
         self._cond = threading.Condition()
         self._commands: deque[_Command] = deque()
         self._streams: dict[str, OutputStream] = {}  # engine thread only

@@ -1,0 +1,88 @@
+"""AsyncEngine on its own: outputs reach the loop, aborts free blocks, the idle thread sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from conftest import fake_config
+from fake_serving_engine import FakeEngine
+from pagedllm.engine.async_engine import AsyncEngine, OutputStream, RequestAborted
+from pagedllm.errors import InvalidInputError
+from pagedllm.sampling_params import SamplingParams
+
+
+def run(coro, timeout: float = 30.0):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+def test_outputs_arrive_until_finished() -> None:
+    async def main() -> list:
+        engine = AsyncEngine(FakeEngine(fake_config()))
+        engine.start()
+        stream = OutputStream()
+        await engine.add_request("a", "hello", SamplingParams(max_tokens=5, ignore_eos=True), stream)
+        outputs = [o async for o in stream]
+        await engine.stop()
+        return outputs
+
+    outputs = run(main())
+    assert outputs[-1].finished and len(outputs[-1].outputs[0].token_ids) == 5
+    assert not any(o.finished for o in outputs[:-1])
+
+
+def test_invalid_request_raises_to_the_caller() -> None:
+    async def main() -> None:
+        engine = AsyncEngine(FakeEngine(fake_config()))
+        engine.start()
+        try:
+            with pytest.raises(InvalidInputError):
+                await engine.add_request("a", "", SamplingParams(), OutputStream())
+            assert engine.latest_stats.num_waiting == 0
+        finally:
+            await engine.stop()
+
+    run(main())
+
+
+def test_abort_frees_blocks_and_idle_thread_does_not_spin() -> None:
+    fake = FakeEngine(fake_config(), step_delay=0.005)
+
+    async def main() -> None:
+        engine = AsyncEngine(fake)
+        engine.start()
+        stream = OutputStream()
+        await engine.add_request("a", "hello", SamplingParams(max_tokens=200, ignore_eos=True), stream)
+        async for output in stream:
+            if len(output.outputs[0].token_ids) >= 3:
+                break
+        assert engine.latest_stats.blocks_used > 0
+        engine.abort("a")
+        await engine.call(lambda e: None)  # runs after the abort, between steps
+        stats = await engine.stats()
+        assert (stats.num_running, stats.blocks_used) == (0, 0)
+        steps = fake.step_calls
+        await asyncio.sleep(0.3)
+        assert fake.step_calls == steps  # asleep on the condition, not stepping
+        await engine.stop()
+
+    run(main())
+
+
+def test_stop_aborts_live_requests() -> None:
+    async def main() -> None:
+        engine = AsyncEngine(FakeEngine(fake_config(), step_delay=0.005))
+        engine.start()
+        stream = OutputStream()
+        await engine.add_request("a", "hello", SamplingParams(max_tokens=200, ignore_eos=True), stream)
+        began = time.monotonic()
+        await engine.stop()
+        assert time.monotonic() - began < 5
+        with pytest.raises(RequestAborted):
+            async for _ in stream:
+                pass
+        assert not engine.running
+
+    run(main())

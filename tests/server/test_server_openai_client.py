@@ -1,0 +1,140 @@
+"""The real openai client (sync and async) against the server: completions and chat, streamed or not."""
+
+from __future__ import annotations
+
+import asyncio
+
+import openai
+import pytest
+
+from server_harness import RunningServer
+
+CHAT = [{"role": "user", "content": "Say something."}]
+
+
+def sync_client(server: RunningServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=30)
+
+
+def async_client(server: RunningServer) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=30)
+
+
+def test_models_lists_the_served_model(server: RunningServer) -> None:
+    models = sync_client(server).models.list()
+    assert [m.id for m in models.data] == [server.model]
+
+
+def test_completion_greedy_text_and_usage(server: RunningServer) -> None:
+    r = sync_client(server).completions.create(model=server.model, prompt="Hello", max_tokens=8, temperature=0)
+    choice = r.choices[0]
+    assert r.object == "text_completion" and choice.index == 0
+    assert choice.finish_reason in ("length", "stop")
+    assert choice.text
+    assert r.usage.completion_tokens <= 8 and r.usage.prompt_tokens > 0
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    if choice.finish_reason == "length":
+        assert r.usage.completion_tokens == 8
+
+
+def test_completion_stream_matches_non_stream(server: RunningServer) -> None:
+    client = sync_client(server)
+    full = client.completions.create(model=server.model, prompt="Once upon", max_tokens=12, temperature=0)
+    chunks = list(client.completions.create(model=server.model, prompt="Once upon", max_tokens=12,
+                                            temperature=0, stream=True))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == full.choices[0].text
+    assert chunks[-1].choices[0].finish_reason == full.choices[0].finish_reason
+
+
+def test_completion_token_ids_and_list_of_prompts(server: RunningServer) -> None:
+    client = sync_client(server)
+    r = client.completions.create(model=server.model, prompt=["first", "second"], n=2, max_tokens=4)
+    assert sorted(c.index for c in r.choices) == [0, 1, 2, 3]
+    ids = client.completions.create(model=server.model, prompt=[72, 105], max_tokens=3, echo=True)
+    assert ids.choices[0].text.startswith(server.async_engine.tokenizer.decode([72, 105]))
+
+
+def test_completion_logprobs(server: RunningServer) -> None:
+    r = sync_client(server).completions.create(model=server.model, prompt="Hi", max_tokens=5, logprobs=2)
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == r.usage.completion_tokens
+    assert all(x <= 0 for x in lp.token_logprobs)
+    assert all(len(top) <= 2 for top in lp.top_logprobs)
+    assert lp.text_offset == sorted(lp.text_offset)
+
+
+def test_completion_stop_string_ends_text(server: RunningServer) -> None:
+    client = sync_client(server)
+    free = client.completions.create(model=server.model, prompt="Go", max_tokens=20, temperature=0,
+                                     extra_body={"ignore_eos": True}).choices[0].text
+    stop = free[5:8]
+    assert len(stop) == 3, "the unconstrained text is too short to pick a stop string from"
+    for stream in (False, True):
+        kwargs = dict(model=server.model, prompt="Go", max_tokens=20, temperature=0, stop=[stop],
+                      extra_body={"ignore_eos": True})
+        if stream:
+            chunks = list(client.completions.create(stream=True, **kwargs))
+            text = "".join(c.choices[0].text for c in chunks if c.choices)
+            reason = chunks[-1].choices[0].finish_reason
+        else:
+            choice = client.completions.create(**kwargs).choices[0]
+            text, reason = choice.text, choice.finish_reason
+        assert text == free[:free.index(stop)] and reason == "stop"
+
+
+def test_chat_completion_and_stream_agree(server: RunningServer) -> None:
+    client = sync_client(server)
+    r = client.chat.completions.create(model=server.model, messages=CHAT, max_tokens=10, temperature=0)
+    assert r.object == "chat.completion" and r.choices[0].message.role == "assistant"
+    chunks = list(client.chat.completions.create(model=server.model, messages=CHAT, max_tokens=10,
+                                                 temperature=0, stream=True,
+                                                 stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == r.choices[0].message.content
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == r.usage.completion_tokens
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_chat_n_and_logprobs(server: RunningServer) -> None:
+    r = sync_client(server).chat.completions.create(
+        model=server.model, messages=CHAT, max_tokens=6, n=3, logprobs=True, top_logprobs=2, seed=7)
+    assert sorted(c.index for c in r.choices) == [0, 1, 2]
+    for choice in r.choices:
+        entries = choice.logprobs.content
+        assert entries and all(e.logprob <= 0 and len(e.top_logprobs) <= 2 for e in entries)
+        assert all(e.bytes == list(e.token.encode()) for e in entries)
+    assert r.usage.completion_tokens == sum(len(c.logprobs.content) for c in r.choices)
+
+
+def test_chat_max_completion_tokens(server: RunningServer) -> None:
+    r = sync_client(server).chat.completions.create(model=server.model, messages=CHAT,
+                                                    max_completion_tokens=3, extra_body={"ignore_eos": True})
+    assert r.usage.completion_tokens == 3 and r.choices[0].finish_reason == "length"
+
+
+def test_async_client_streams_concurrently(server: RunningServer) -> None:
+    async def one(client: openai.AsyncOpenAI, i: int) -> tuple[str, str]:
+        stream = await client.chat.completions.create(model=server.model, messages=CHAT, max_tokens=8,
+                                                      temperature=0, stream=True, n=2)
+        texts = {0: "", 1: ""}
+        async for chunk in stream:
+            for c in chunk.choices:
+                texts[c.index] += c.delta.content or ""
+        return texts[0], texts[1]
+
+    async def main() -> list[tuple[str, str]]:
+        async with async_client(server) as client:
+            single = await client.completions.create(model=server.model, prompt="x", max_tokens=2)
+            assert single.choices[0].text
+            return await asyncio.gather(*(one(client, i) for i in range(6)))
+
+    results = asyncio.run(asyncio.wait_for(main(), 60))
+    assert all(a and b for a, b in results)
+    assert len({r[0] for r in results}) == 1  # greedy: every request the same
+
+
+def test_unknown_model_is_not_found(server: RunningServer) -> None:
+    with pytest.raises(openai.NotFoundError) as info:
+        sync_client(server).completions.create(model="no-such-model", prompt="x", max_tokens=2)
+    assert info.value.body["code"] == "model_not_found"
