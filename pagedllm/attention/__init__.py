@@ -1,31 +1,52 @@
 """Paged attention ops: write K/V through a slot mapping, attend through block tables.
 
-`paged_attention(query, kv_cache, meta, scale, impl)` is the one interface the model calls; `impl`
-picks the reference (gather + dense) or the block-wise implementation (per-block partials, exact merge).
+`paged_attention(query, kv_cache, meta, scale, impl)` is the one interface the model calls; `impl` picks:
+
+- "auto" (default): the fastest correct path on CPU (fast.py): one batched padded matmul pair for all
+  decode sequences, torch SDPA per prefill sequence (is_causal when nothing is cached).
+- "reference": gather each sequence's K/V, repeat KV heads, dense SDPA with an explicit mask.
+- "blockwise": softmax partials per group of blocks, merged exactly (merge.py).
+
+KV layout per layer: [2, num_kv_heads, num_blocks, block_size, head_dim]; see docs/attention.md.
 """
 
 import torch
 
-from pagedllm.attention.kv_cache import allocate_kv_caches, copy_blocks, kv_cache_bytes_per_block, write_kv
+from pagedllm.attention.kv_cache import (
+    KV_LAYOUT,
+    allocate_kv_caches,
+    copy_blocks,
+    gather_blocks,
+    kv_cache_bytes_per_block,
+    write_kv,
+)
+from pagedllm.attention.merge import merge_partials
 from pagedllm.attention.metadata import AttentionMetadata
 from pagedllm.attention.reference import reference_attention
 
 __all__ = [
+    "KV_LAYOUT",
     "AttentionMetadata",
     "allocate_kv_caches",
     "copy_blocks",
+    "gather_blocks",
     "kv_cache_bytes_per_block",
+    "merge_partials",
     "paged_attention",
     "write_kv",
 ]
 
-IMPLS = ("reference", "blockwise")
+IMPLS = ("auto", "reference", "blockwise")
 
 
 def paged_attention(
-    query: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata, scale: float, impl: str = "reference"
+    query: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata, scale: float, impl: str = "auto"
 ) -> torch.Tensor:
     """query: [num_tokens, num_heads, head_dim]; returns the same shape."""
+    if impl == "auto":
+        from pagedllm.attention.fast import fast_attention
+
+        return fast_attention(query, kv_cache, meta, scale)
     if impl == "reference":
         return reference_attention(query, kv_cache, meta, scale)
     if impl == "blockwise":

@@ -3,16 +3,17 @@
 import torch
 import torch.nn.functional as F
 
+from pagedllm.attention.kv_cache import gather_blocks
 from pagedllm.attention.metadata import AttentionMetadata
 
 
 def gather_kv(kv_cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     """K and V of one sequence's first seq_len positions: each [seq_len, num_kv_heads, head_dim]."""
-    block_size = kv_cache.shape[2]
+    _, kvh, _, block_size, head_dim = kv_cache.shape
     num_blocks = -(-seq_len // block_size)
-    blocks = kv_cache[:, block_table[:num_blocks]]  # [2, nb, B, kvh, d]
-    blocks = blocks.reshape(2, num_blocks * block_size, *kv_cache.shape[-2:])
-    return blocks[0, :seq_len], blocks[1, :seq_len]
+    blocks = gather_blocks(kv_cache, block_table[:num_blocks])  # [2, kvh, nb, B, d]
+    blocks = blocks.reshape(2, kvh, num_blocks * block_size, head_dim)[:, :, :seq_len]
+    return blocks[0].transpose(0, 1), blocks[1].transpose(0, 1)
 
 
 def causal_mask(query_len: int, seq_len: int) -> torch.Tensor:
