@@ -163,6 +163,9 @@ def config_from_gguf_metadata(meta: dict[str, Any]) -> ModelConfig:
             raise ModelLoadError(f"GGUF metadata lacks {arch}.{key}")
         return value
 
+    scaling = meta.get(f"{arch}.rope.scaling.type")
+    if scaling not in (None, "none"):
+        raise ModelLoadError(f"unsupported GGUF rope scaling {scaling!r}")
     num_heads = int(get("attention.head_count"))
     hidden = int(get("embedding_length"))
     vocab = meta.get(f"{arch}.vocab_size") or len(meta.get("tokenizer.ggml.tokens") or [])

@@ -83,10 +83,16 @@ def read_gguf(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
 def open_gguf(path: Path) -> Any:
     from gguf import GGUFReader
 
+    with open(path, "rb") as f:
+        if f.read(4) != b"GGUF":
+            raise ModelLoadError(f"{path} is not a GGUF file (no GGUF magic) and not a model directory")
     try:
         return GGUFReader(path)
     except Exception as exc:  # the reader raises ValueError, KeyError, struct errors... on bad files
-        raise ModelLoadError(f"{path} is not a readable GGUF file (corrupt or truncated?): {exc}") from None
+        size = path.stat().st_size
+        raise ModelLoadError(
+            f"{path} ({size} bytes) is a corrupt or truncated GGUF file; re-download it (reader said: {exc})"
+        ) from None
 
 
 def read_metadata(reader: Any) -> dict[str, Any]:
@@ -106,7 +112,8 @@ def dequantize(tensor: Any, path: Path) -> np.ndarray:
 
     shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))
     try:
-        return np.ascontiguousarray(gguf_dequantize(tensor.data, tensor.tensor_type).reshape(shape), np.float32)
+        array = gguf_dequantize(tensor.data, tensor.tensor_type).reshape(shape)
+        return np.require(array, np.float32, ["C_CONTIGUOUS", "WRITEABLE"])  # F32 tensors arrive as read-only views
     except (NotImplementedError, ValueError) as exc:
         raise ModelLoadError(f"{path}: cannot dequantize {tensor.name} ({tensor.tensor_type.name}): {exc}") from None
 

@@ -1,0 +1,90 @@
+"""ModelRunner: step tensors, logits selection, copy-on-write support, memory sizing, input errors."""
+
+import pytest
+import torch
+
+from pagedllm.engine.model_runner import (
+    ModelRunner,
+    SeqInput,
+    num_blocks_for_memory,
+    parse_memory_size,
+)
+from pagedllm.errors import InvalidInputError
+from pagedllm.model.loader import load_model
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_llama_dir):
+    return load_model(tiny_llama_dir)
+
+
+def _runner(loaded, num_blocks: int = 32) -> ModelRunner:
+    model, config = loaded
+    return ModelRunner(model, config, num_blocks=num_blocks, block_size=4, dtype=torch.float32, attention_impl="reference")
+
+
+def test_prepare_builds_flat_positions_and_logit_rows(loaded):
+    runner = _runner(loaded)
+    step = runner.prepare(
+        [SeqInput([7, 8, 9], 5, [3, 4]), SeqInput([1], 0, [9]), SeqInput([4, 5], 10, [0, 1, 2], needs_logits=False)]
+    )
+    assert step.input_ids.tolist() == [7, 8, 9, 1, 4, 5]
+    assert step.positions.tolist() == [5, 6, 7, 0, 10, 11]
+    assert step.meta.slot_mapping.tolist() == [17, 18, 19, 36, 10, 11]
+    assert step.logits_rows.tolist() == [2, 3]
+
+
+def test_only_sequences_that_need_logits_get_a_row(loaded):
+    runner = _runner(loaded)
+    prompt = [5, 17, 200, 33, 9, 100, 101]
+    full = _runner(loaded).execute([SeqInput(prompt, 0, [4, 2])])
+    first = runner.execute([SeqInput(prompt[:4], 0, [4, 2], needs_logits=False), SeqInput([3], 0, [7])])
+    rest = runner.execute([SeqInput(prompt[4:], 4, [4, 2])])
+    assert first.shape == (1, loaded[1].vocab_size) and first.dtype == torch.float32
+    torch.testing.assert_close(rest, full, atol=1e-5, rtol=0)  # chunked prefill == one-shot prefill
+
+
+def test_copied_block_continues_like_the_original(loaded):
+    runner = _runner(loaded)
+    prompt = [5, 17, 200, 33, 9, 100]  # 6 tokens: block 10 full, block 11 holds 2
+    runner.execute([SeqInput(prompt, 0, [10, 11])])
+    runner.copy_blocks([(11, 20)])
+    original = runner.execute([SeqInput([42], 6, [10, 11])])
+    forked = runner.execute([SeqInput([42], 6, [10, 20])])
+    torch.testing.assert_close(forked, original, atol=0, rtol=0)
+
+
+def test_empty_step_returns_no_logits(loaded):
+    assert _runner(loaded).execute([]).shape == (0, loaded[1].vocab_size)
+
+
+def test_input_errors(loaded):
+    runner = _runner(loaded)
+    with pytest.raises(InvalidInputError, match="cannot hold 9 tokens"):
+        runner.execute([SeqInput([1, 2, 3], 6, [0, 1])])
+    with pytest.raises(InvalidInputError, match="at least one"):
+        runner.execute([SeqInput([], 0, [0])])
+    with pytest.raises(InvalidInputError, match="unknown attention impl"):
+        ModelRunner(*loaded, num_blocks=4, block_size=4, dtype=torch.float32, attention_impl="fast")
+
+
+@pytest.mark.parametrize(
+    "text,expected", [("2GiB", 2 * 2**30), ("512MiB", 512 * 2**20), ("1.5GB", 1_500_000_000), ("4096", 4096)]
+)
+def test_parse_memory_size(text, expected):
+    assert parse_memory_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "2 parsecs", "GiB", "-1GiB"])
+def test_parse_memory_size_rejects(text):
+    with pytest.raises(InvalidInputError):
+        parse_memory_size(text)
+
+
+def test_num_blocks_for_memory(loaded):
+    config = loaded[1]
+    # 3 layers * K,V * 16 slots * 2 kv heads * 16 dims * 4 bytes = 12288 bytes a block
+    assert num_blocks_for_memory(config, 16, torch.float32, "1MiB") == 2**20 // 12288
+    assert num_blocks_for_memory(config, 16, torch.bfloat16, "1MiB") == 2**20 // 6144
+    with pytest.raises(InvalidInputError, match="smaller than one block"):
+        num_blocks_for_memory(config, 16, torch.float32, "1KiB")
