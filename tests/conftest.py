@@ -8,6 +8,9 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Tiny test models are 50x slower with intra-op threads on a shared 2-core box (spinning workers);
+# set before torch is first imported. Override with OMP_NUM_THREADS=N.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).parent / "model"))  # so tests can `import tiny`
 
 

@@ -86,16 +86,12 @@ class ModelRunner:
 
 
 def resolve_attention_impl(impl: str) -> str:
-    """"auto" picks the block-wise implementation when it is available, else the reference."""
-    if impl != "auto":
-        if impl not in ("reference", "blockwise"):
-            raise InvalidInputError(f"unknown attention impl {impl!r}; choose auto, reference or blockwise")
-        return impl
-    try:
-        import pagedllm.attention.blockwise  # noqa: F401
-    except ImportError:
-        return "reference"
-    return "blockwise"
+    """Validate early (at construction, not mid-step); "auto" lets the attention package pick its fastest path."""
+    from pagedllm.attention import IMPLS
+
+    if impl not in IMPLS:
+        raise InvalidInputError(f"unknown attention impl {impl!r}; choose one of {', '.join(IMPLS)}")
+    return impl
 
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}

@@ -78,7 +78,7 @@ class LlamaForCausalLM(nn.Module):
         positions: torch.Tensor,  # [T] int64, any order per sequence
         kv_caches: list[torch.Tensor],
         meta: AttentionMetadata,
-        attention_impl: str = "reference",
+        attention_impl: str = "auto",
     ) -> torch.Tensor:
         """Final-normed hidden states [T, hidden]; writes each layer's new K/V into kv_caches."""
         x = self.model.embed_tokens(input_ids)  # [T, hidden]
