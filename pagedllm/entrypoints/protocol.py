@@ -47,10 +47,16 @@ class _SamplingFields(_Body):
     stream_options: StreamOptions | None = None
     cache_salt: str | None = None
     user: str | None = None
+    logit_bias: dict[str, float] | None = None
 
     def check_stream_options(self) -> None:
         if self.stream_options is not None and not self.stream:
             raise InvalidInputError("stream_options is only allowed when stream is true")
+
+    def _check_unsupported(self) -> None:
+        # Refused rather than ignored: silently dropping them would change what the caller gets.
+        if self.logit_bias:
+            raise InvalidInputError("logit_bias is not supported")
 
     def _sampling_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
@@ -84,6 +90,7 @@ class CompletionRequest(_SamplingFields):
         return list(p)
 
     def to_sampling_params(self) -> SamplingParams:
+        self._check_unsupported()
         if self.suffix:
             raise InvalidInputError("suffix is not supported")
         if self.echo and self.logprobs is not None:
@@ -121,8 +128,15 @@ class ChatCompletionRequest(_SamplingFields):
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    response_format: dict[str, Any] | None = None
 
     def to_sampling_params(self) -> SamplingParams:
+        self._check_unsupported()
+        if self.tools:
+            raise InvalidInputError("tools (function calling) are not supported")
+        if self.response_format is not None and self.response_format.get("type", "text") != "text":
+            raise InvalidInputError("response_format other than {'type': 'text'} is not supported")
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidInputError("top_logprobs requires logprobs to be true")
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

@@ -39,6 +39,12 @@ CASES = [
     ("/v1/chat/completions", {"messages": MSG, "presence_penalty": 5}, 400, "presence_penalty"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x " * 400}]}, 400, None),
     ("/v1/chat/completions", {"messages": MSG, "model": "nope"}, 404, "model"),
+    ("/v1/chat/completions", {"messages": MSG, "tools": [{"type": "function"}]}, 400, "tools"),
+    ("/v1/chat/completions", {"messages": MSG, "response_format": {"type": "json_object"}}, 400, "response_format"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400, None),
+    ("/v1/completions", {"prompt": "x", "logit_bias": {"5": 1.0}}, 400, "logit_bias"),
+    ("/v1/completions", {"prompt": "x", "echo": True, "logprobs": 1}, 400, None),
+    ("/v1/completions", {"prompt": "x", "suffix": "y"}, 400, "suffix"),
 ]
 
 
