@@ -1,0 +1,42 @@
+"""Write a loaded model as a Hugging Face directory that transformers and vLLM load as is."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pagedllm.model.config import ModelConfig
+
+
+def save_hf_dir(model: torch.nn.Module, config: ModelConfig, out: Path, tokenizer: Any | None = None) -> list[Path]:
+    """config.json, generation_config.json, model.safetensors (+ tokenizer files); returns the files written."""
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.contiguous() for k, v in model.state_dict().items()}
+    if config.tie_word_embeddings:
+        tensors.pop("lm_head.weight", None)  # shared with embed_tokens; safetensors stores no aliases
+    save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
+    hf_config = config.to_hf_dict() | {"torch_dtype": _dtype_name(next(iter(tensors.values())).dtype)}
+    _write_json(out / "config.json", hf_config)
+    _write_json(out / "generation_config.json", _generation_config(config, tokenizer))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
+    return sorted(p for p in out.iterdir() if p.is_file())
+
+
+def _generation_config(config: ModelConfig, tokenizer: Any | None) -> dict[str, Any]:
+    eos = list(config.eos_token_ids)
+    tok_eos = getattr(tokenizer, "eos_token_id", None)
+    if tok_eos is not None and tok_eos not in eos:
+        eos.append(tok_eos)
+    return {"bos_token_id": config.bos_token_id, "eos_token_id": eos[0] if len(eos) == 1 else eos or None}
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2) + "\n")

@@ -1,0 +1,40 @@
+"""`pagedllm convert --to-hf`: the written directory loads in transformers with the same logits, and in pagedllm."""
+
+import torch
+from gguf_writer import write_gguf
+from tiny import make_hf_model, make_tiny_tokenizer
+
+from pagedllm.entrypoints.cli import main
+from pagedllm.model.loader import load_model
+
+IDS = [5, 17, 200, 33, 9, 100, 101, 44]
+
+
+def test_convert_gguf_to_hf_round_trip(tmp_path, monkeypatch):
+    monkeypatch.setenv("PAGEDLLM_CACHE_DIR", str(tmp_path / "cache"))
+    original = make_hf_model("llama", num_key_value_heads=1, tie_word_embeddings=True)
+    tokenizer = make_tiny_tokenizer()
+    gguf = write_gguf(original, tmp_path / "tiny.gguf", tokenizer=tokenizer)
+    out = tmp_path / "hf"
+    assert main(["convert", "--to-hf", str(out), "--model", str(gguf)]) == 0
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    reloaded = AutoModelForCausalLM.from_pretrained(out).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(torch.tensor([IDS])).logits, original(torch.tensor([IDS])).logits)
+    text = "Each sequence owns a block table."
+    assert AutoTokenizer.from_pretrained(out)(text).input_ids == tokenizer(text).input_ids
+    _, config = load_model(out)
+    assert config.tie_word_embeddings and config.num_kv_heads == 1
+
+
+def test_convert_refuses_to_overwrite(tmp_path, capsys):
+    (tmp_path / "config.json").write_text("{}")
+    assert main(["convert", "--to-hf", str(tmp_path), "--model", str(tmp_path / "x.gguf")]) == 2
+    assert "--force" in capsys.readouterr().err
+
+
+def test_convert_reports_bad_model_path(tmp_path, capsys):
+    assert main(["convert", "--to-hf", str(tmp_path / "out"), "--model", str(tmp_path / "missing.gguf")]) == 2
+    assert "does not exist" in capsys.readouterr().err
