@@ -81,12 +81,13 @@ def prefill_attention(
     _, kvh, _, block_size, head_dim = kv_cache.shape
     num_blocks = -(-seq_len // block_size)
     kv = gather_blocks(kv_cache, block_table[:num_blocks]).view(2, kvh, num_blocks * block_size, head_dim)
-    k, v = kv[0, :, :seq_len].to(query.dtype), kv[1, :, :seq_len].to(query.dtype)  # [kvh, seq_len, d]
+    # 4-D inputs: with 3-D ones SDPA falls back to its slow math kernel on CPU.
+    k, v = kv[0:1, :, :seq_len].to(query.dtype), kv[1:2, :, :seq_len].to(query.dtype)  # [1, kvh, seq_len, d]
     query_len = query.shape[0]
-    q = query.transpose(0, 1)  # [heads, q, d]
+    q = query.transpose(0, 1).unsqueeze(0)  # [1, heads, q, d]
     if query_len == seq_len:
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
     else:
         mask = causal_mask(query_len, seq_len)
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
-    return o.transpose(0, 1)
+    return o[0].transpose(0, 1)
