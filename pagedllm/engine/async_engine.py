@@ -12,6 +12,7 @@ import asyncio
 import copy
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from pagedllm.engine.stats import EngineStats
 from pagedllm.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
+STATS_INTERVAL = 0.05  # seconds
 
 
 class EngineProtocol(Protocol):
@@ -101,6 +103,7 @@ class AsyncEngine:
         self._streams: dict[str, OutputStream] = {}  # engine thread only
         self._pending_adds = 0
         self._busy = False
+        self._stats_time = 0.0
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -194,14 +197,15 @@ class AsyncEngine:
 
     def _run(self) -> None:
         while True:
-            for command in self._wait_for_work():
+            commands = self._wait_for_work()
+            for command in commands:
                 self._execute(command)
             if self._stopping:
                 self._abort_all(RequestAborted("the server is shutting down"))
                 return
             if self._busy:
                 self._step()
-            self._after_iteration()
+            self._after_iteration(force_stats=bool(commands))
 
     def _wait_for_work(self) -> list[_Command]:
         with self._cond:
@@ -217,9 +221,15 @@ class AsyncEngine:
         except Exception as exc:  # handed back to the caller; the thread keeps going
             result, error = None, exc
         if command.future is not None:
-            self._loop.call_soon_threadsafe(_resolve, command.future, result, error)
+            self._to_loop(_resolve, command.future, result, error)
         elif error is not None:
             logger.warning("engine command failed: %s", error)
+
+    def _to_loop(self, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the event loop is closed: nobody is left to tell
+            pass
 
     def _step(self) -> None:
         try:
@@ -239,13 +249,18 @@ class AsyncEngine:
         else:
             stream = self._streams.get(output.request_id)
         if stream is not None:
-            self._loop.call_soon_threadsafe(stream.put, output)
+            self._to_loop(stream.put, output)
 
-    def _after_iteration(self) -> None:
+    def _after_iteration(self, force_stats: bool) -> None:
         self._busy = self._engine.has_unfinished_requests()
-        self.latest_stats = self._engine.stats()
-        if self._observer is not None:
-            self._observer.update_from_stats(self.latest_stats)
+        now = time.monotonic()
+        # Stats walk the pool; while busy, refresh them at most every STATS_INTERVAL unless the
+        # queue changed. They are always fresh once the engine goes idle.
+        if force_stats or not self._busy or now - self._stats_time >= STATS_INTERVAL:
+            self._stats_time = now
+            self.latest_stats = self._engine.stats()
+            if self._observer is not None:
+                self._observer.update_from_stats(self.latest_stats)
 
     def _abort_one(self, request_id: str, reason: BaseException | None) -> None:
         stream = self._streams.pop(request_id, None)
@@ -253,7 +268,7 @@ class AsyncEngine:
             return  # finished already, or never admitted
         self._engine.abort_request(request_id)
         if reason is not None:
-            self._loop.call_soon_threadsafe(stream.put, reason)
+            self._to_loop(stream.put, reason)
 
     def _abort_all(self, reason: BaseException) -> None:
         for request_id in list(self._streams):

@@ -10,14 +10,14 @@ from server_harness import start_server
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(200)
 def test_default_model_knows_the_capital_of_france(default_model_path) -> None:
     from pagedllm.engine.llm_engine import LLMEngine
 
     engine = LLMEngine(EngineConfig(model=str(default_model_path), num_blocks=256, max_model_len=1024))
     server = start_server(engine)
     try:
-        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=240)
+        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
         reply = client.chat.completions.create(
             model=server.model, temperature=0, max_tokens=24,
             messages=[{"role": "user", "content": "What is the capital of France?"}])

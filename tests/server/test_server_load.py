@@ -82,3 +82,18 @@ def finished_requests(server: RunningServer) -> float:
     text = httpx.get(server.base_url + "/metrics", timeout=10).text
     return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
                if s.name == "pagedllm_request_success_total")
+
+
+def test_non_streaming_client_that_hangs_up_is_aborted(server: RunningServer) -> None:
+    before = finished_requests(server)
+    body = {"prompt": "a long one", "max_tokens": LONG, "ignore_eos": True}
+    for _ in range(2):
+        try:
+            httpx.post(server.base_url + "/v1/completions", json=body, timeout=httpx.Timeout(5, read=0.05))
+        except httpx.ReadTimeout:
+            pass  # the client gave up and closed the connection
+        else:
+            raise AssertionError("the request finished before the client hung up")
+    stats = server.wait_idle(timeout=15)
+    assert (stats.num_running, stats.num_waiting, stats.blocks_used) == (0, 0, 0)
+    assert finished_requests(server) == before
