@@ -86,3 +86,31 @@ def test_stop_aborts_live_requests() -> None:
         assert not engine.running
 
     run(main())
+
+
+class _FailOnce(FakeEngine):
+    def step(self):
+        if not getattr(self, "failed", False):
+            self.failed = True
+            raise RuntimeError("boom")
+        return super().step()
+
+
+def test_engine_failure_ends_requests_and_the_thread_carries_on() -> None:
+    async def main() -> None:
+        engine = AsyncEngine(_FailOnce(fake_config()))
+        engine.start()
+        try:
+            first = OutputStream()
+            await engine.add_request("a", "hello", SamplingParams(max_tokens=3), first)
+            with pytest.raises(RequestAborted):
+                async for _ in first:
+                    pass
+            second = OutputStream()
+            await engine.add_request("b", "hello", SamplingParams(max_tokens=3), second)
+            assert [o async for o in second][-1].finished
+            assert (await engine.stats()).blocks_used == 0
+        finally:
+            await engine.stop()
+
+    run(main())
