@@ -14,7 +14,8 @@ def save_hf_dir(model: torch.nn.Module, config: ModelConfig, out: Path, tokenize
     from safetensors.torch import save_file
 
     out.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.contiguous() for k, v in model.state_dict().items()}
+    # clone: fused q/k/v and gate/up parameters are views into one tensor, which safetensors refuses
+    tensors = {k: v.clone() for k, v in model.state_dict().items()}
     if config.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)  # shared with embed_tokens; safetensors stores no aliases
     save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})

@@ -47,7 +47,7 @@ def build_model(
     model.load_state_dict({k: v.to(dtype).contiguous() for k, v in tensors.items()}, strict=False, assign=True)
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
-    return model.eval().requires_grad_(False)
+    return model.eval().requires_grad_(False).fuse_projections()
 
 
 def _check_names(expected: set[str], found: set[str], source: Path | str) -> None:

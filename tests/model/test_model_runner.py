@@ -88,3 +88,24 @@ def test_num_blocks_for_memory(loaded):
     assert num_blocks_for_memory(config, 16, torch.bfloat16, "1MiB") == 2**20 // 6144
     with pytest.raises(InvalidInputError, match="smaller than one block"):
         num_blocks_for_memory(config, 16, torch.float32, "1KiB")
+
+
+def test_fused_projections_match_separate_ones(tiny_llama_dir):
+    from pagedllm.attention import AttentionMetadata, allocate_kv_caches
+    from pagedllm.model.hf_loader import read_hf_dir
+    from pagedllm.model.llama import LlamaForCausalLM
+
+    config, state_dict = read_hf_dir(tiny_llama_dir)
+    separate = LlamaForCausalLM(config)
+    separate.load_state_dict(state_dict)
+    fused, _ = load_model(tiny_llama_dir)
+    assert fused.model.layers[0].self_attn.qkv is not None and separate.model.layers[0].self_attn.qkv is None
+    assert set(fused.state_dict()) == set(separate.state_dict())  # HF names kept
+    ids = torch.tensor([5, 17, 200, 33, 9])
+    outs = []
+    for model in (separate, fused):
+        caches = allocate_kv_caches(config.num_layers, 4, 4, config.num_kv_heads, config.head_dim, torch.float32)
+        meta = AttentionMetadata.build([[2, 0]], [0], [5], 4)
+        with torch.inference_mode():
+            outs.append(model.compute_logits(model(ids, torch.arange(5), caches, meta)))
+    torch.testing.assert_close(outs[1], outs[0], atol=1e-5, rtol=0)
