@@ -1,0 +1,271 @@
+"""LLMEngine: one step = schedule, run the model once over the mixed batch, sample, emit outputs."""
+
+import itertools
+import logging
+import time
+
+import torch
+
+from pagedllm.config import EngineConfig, parse_memory_size
+from pagedllm.engine.model_runner import ModelRunner, SeqInput
+from pagedllm.engine.outputs import RequestOutput
+from pagedllm.engine.postprocess import StepPostprocessor
+from pagedllm.engine.request import Request, RequestStatus, Sequence
+from pagedllm.engine.sampler import make_generator
+from pagedllm.engine.scheduler import Scheduler, SchedulerOutput
+from pagedllm.engine.stats import EngineStats
+from pagedllm.engine.swap import SwapSpace
+from pagedllm.errors import InvalidInputError
+from pagedllm.kv.manager import KVCacheManager
+from pagedllm.sampling_params import SamplingParams
+
+logger = logging.getLogger("pagedllm")
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+_MAX_DEFAULT_LEN = 8192
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig | None = None) -> None:
+        from pagedllm.model.loader import load_model
+        from pagedllm.model.tokenizer import load_tokenizer
+
+        self.config = config = config or EngineConfig()
+        path = config.model or str(_default_model())
+        self.dtype = _DTYPES[config.dtype]
+        self.model, self.model_config = load_model(path, self.dtype)
+        self.tokenizer = load_tokenizer(path)
+        self.model_name = config.served_model_name or _model_name(path)
+        self.max_model_len = config.max_model_len or min(self.model_config.max_position_embeddings, _MAX_DEFAULT_LEN)
+        num_blocks = config.num_blocks or self._blocks_for_budget()
+        self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.runner = ModelRunner(
+            self.model, self.model_config, num_blocks, config.block_size, self.dtype, config.attention_impl
+        )
+        self.scheduler = Scheduler(config, self.kv)
+        self.swap_space = SwapSpace()
+        self.requests: dict[str, Request] = {}
+        self.eos_token_ids = _eos_ids(self.model_config, self.tokenizer)
+        self.post = StepPostprocessor(self)
+        self._ids = itertools.count()
+        self._rng = torch.Generator().manual_seed(config.seed)
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self._log_capacity()
+
+    # -- requests ------------------------------------------------------------------------
+
+    def add_request(
+        self,
+        request_id: str | None,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+        arrival_time: float | None = None,
+        cache_salt: str | None = None,
+    ) -> str:
+        """Queue a request; raises InvalidInputError at once if it can never be served."""
+        params = params or SamplingParams()
+        request_id = str(next(self._ids)) if request_id is None else request_id
+        if request_id in self.requests:
+            raise InvalidInputError(f"request id {request_id!r} is already in use")
+        prompt_text, token_ids = self._tokenize(prompt)
+        request = self._new_request(request_id, prompt_text, token_ids, params, cache_salt)
+        if arrival_time is not None:
+            request.metrics.arrival_time = arrival_time
+        self.requests[request_id] = request
+        self.scheduler.add(request)
+        return request_id
+
+    def abort_request(self, request_id: str) -> None:
+        """Stop a request now and free its blocks; unknown or finished ids are ignored."""
+        request = self.requests.pop(request_id, None)
+        if request is None:
+            return
+        self.scheduler.remove(request)
+        self._drop_swapped(request)
+        for seq in request.live_seqs:
+            seq.finish_reason = "abort"
+        request.status = RequestStatus.FINISHED
+        request.metrics.finished_time = time.time()
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_work()
+
+    # -- the step ------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        """One iteration; returns a cumulative snapshot of every request that progressed."""
+        out = self.scheduler.schedule()
+        self._move_swapped(out)
+        self.runner.copy_blocks(out.copies)
+        if not out.scheduled:
+            return []
+        logits = self.runner.execute([self._seq_input(s.seq, s.num_new_tokens, s.needs_logits) for s in out.scheduled])
+        for s in out.scheduled:
+            s.seq.num_computed += s.num_new_tokens
+        self._count_tokens(out)
+        touched = self.post.process(out, logits)
+        for request in touched:
+            if request.finished:
+                self.requests.pop(request.request_id, None)
+        return [r.output() for r in touched]
+
+    def _seq_input(self, seq: Sequence, num_new: int, needs_logits: bool) -> SeqInput:
+        start = seq.num_computed
+        return SeqInput(seq.token_ids[start : start + num_new], start, self.kv.block_table(seq.seq_id), needs_logits)
+
+    def _move_swapped(self, out: SchedulerOutput) -> None:
+        for seq, blocks in out.swap_out:
+            self.swap_space.save(seq.seq_id, self.runner.kv_caches, blocks, seq.num_computed)
+        for seq, blocks in out.swap_in:
+            self.swap_space.restore(seq.seq_id, self.runner.kv_caches, blocks)
+
+    def _drop_swapped(self, request: Request) -> None:
+        for seq in request.seqs:
+            self.swap_space.drop(seq.seq_id)
+
+    def _count_tokens(self, out: SchedulerOutput) -> None:
+        for s in out.scheduled:
+            prompt_part = max(0, min(s.seq.num_computed, s.seq.num_prompt_tokens) - (s.seq.num_computed - s.num_new_tokens))
+            self.prompt_tokens_total += prompt_part
+
+    # -- building requests ---------------------------------------------------------------
+
+    def _tokenize(self, prompt: str | list[int]) -> tuple[str | None, list[int]]:
+        if isinstance(prompt, str):
+            if not prompt:
+                raise InvalidInputError("prompt is empty")
+            return prompt, list(self.tokenizer(prompt).input_ids)
+        token_ids = list(prompt)
+        vocab = self.model_config.vocab_size
+        if not token_ids:
+            raise InvalidInputError("prompt is empty")
+        bad = [t for t in token_ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab]
+        if bad:
+            raise InvalidInputError(f"prompt token ids must be integers in [0, {vocab}); got {bad[:3]}")
+        return None, token_ids
+
+    def _new_request(
+        self, request_id: str, prompt: str | None, token_ids: list[int], params: SamplingParams, cache_salt: str | None
+    ) -> Request:
+        max_total = self._check_fits(len(token_ids), params)
+        request = Request(
+            request_id=request_id,
+            prompt=prompt,
+            prompt_token_ids=token_ids,
+            params=params,
+            max_total_len=max_total,
+            extra_keys=(self.model_name,) + (() if cache_salt is None else ("salt", cache_salt)),
+        )
+        request.seqs.append(self.post.new_sequence(request, f"{request_id}#0", list(token_ids), index=0))
+        if params.use_beam_search:
+            self.post.start_beam_search(request)
+        return request
+
+    def generator_for(self, params: SamplingParams, index: int) -> torch.Generator:
+        """Completion `index`'s own random stream: from the request's seed, else from the engine's seed."""
+        if params.seed is not None:
+            return make_generator(params.seed, index)
+        seed = int(torch.randint(0, 2**62, (1,), generator=self._rng))
+        return torch.Generator().manual_seed(seed)
+
+    def _check_fits(self, prompt_len: int, params: SamplingParams) -> int:
+        """The request's longest possible length; errors for a request that can never be served."""
+        width = params.beam_width if params.use_beam_search else params.n
+        if width > self.config.max_n:
+            raise InvalidInputError(f"n / beam width {width} is above this engine's limit of {self.config.max_n}")
+        if prompt_len >= self.max_model_len:
+            raise InvalidInputError(
+                f"prompt has {prompt_len} tokens; this model's maximum context length is {self.max_model_len} "
+                f"(prompt + at least one output token must fit)"
+            )
+        max_total = min(prompt_len + (params.max_tokens or self.max_model_len), self.max_model_len)
+        blocks = -(-max_total // self.kv.block_size) * width
+        if blocks > self.kv.num_blocks:
+            raise InvalidInputError(
+                f"request needs up to {blocks} KV blocks ({width} x {max_total} tokens) but the pool has only "
+                f"{self.kv.num_blocks}; lower max_tokens or n, or give the engine more KV memory"
+            )
+        return max_total
+
+    # -- stats -----------------------------------------------------------------------------
+
+    def stats(self) -> EngineStats:
+        kv = self.kv.stats()
+        slots = kv.num_blocks * kv.block_size
+        return EngineStats(
+            num_blocks=kv.num_blocks,
+            block_size=kv.block_size,
+            blocks_used=kv.used,
+            blocks_free=kv.free,
+            blocks_cached_free=kv.cached_free,
+            tokens_stored=kv.tokens_stored,
+            token_occupancy=kv.tokens_stored / slots,
+            block_occupancy=kv.used / kv.num_blocks,
+            prefix_queries_tokens=kv.prefix_queries_tokens,
+            prefix_hits_tokens=kv.prefix_hits_tokens,
+            num_preemptions=self.scheduler.num_preemptions,
+            num_running=len(self.scheduler.running),
+            num_waiting=len(self.scheduler.waiting),
+            prompt_tokens_total=self.prompt_tokens_total,
+            generation_tokens_total=self.generation_tokens_total,
+        )
+
+    def kv_snapshot(self) -> dict:
+        from pagedllm.engine.kv_snapshot import kv_snapshot
+
+        return kv_snapshot(self)
+
+    def apply_chat_template(self, messages: list[dict]) -> list[int]:
+        try:
+            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        except Exception as exc:  # template errors name the problem (bad roles, missing content)
+            raise InvalidInputError(f"cannot apply the chat template: {exc}") from exc
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+            ids = ids["input_ids"]
+        return list(ids)
+
+    def _blocks_for_budget(self) -> int:
+        from pagedllm.engine.model_runner import num_blocks_for_memory
+
+        return num_blocks_for_memory(self.model_config, self.config.block_size, self.dtype, self.config.kv_cache_memory)
+
+    def _log_capacity(self) -> None:
+        tokens = self.kv.num_blocks * self.kv.block_size
+        logger.info(
+            "KV pool: %d blocks of %d tokens = %d tokens (%.0f MiB); %d requests of max length %d fit at once",
+            self.kv.num_blocks,
+            self.kv.block_size,
+            tokens,
+            parse_memory_size(self.config.kv_cache_memory) / 2**20 if self.config.num_blocks is None else 0,
+            self.kv.num_blocks // -(-self.max_model_len // self.kv.block_size),
+            self.max_model_len,
+        )
+
+
+def _default_model():
+    from pagedllm.model.default_model import require_default_model
+
+    return require_default_model()
+
+
+def _model_name(path: str) -> str:
+    from pathlib import Path
+
+    from pagedllm.model.default_model import DEFAULT_MODEL_NAME, default_model_path
+
+    if Path(path) == default_model_path():
+        return DEFAULT_MODEL_NAME
+    return Path(path).stem if Path(path).is_file() else Path(path).name
+
+
+def _eos_ids(model_config, tokenizer) -> set[int]:
+    ids = set()
+    eos = getattr(model_config, "eos_token_id", None)
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif eos:
+        ids.update(eos)
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids

@@ -1,0 +1,103 @@
+"""The offline API: `LLM().generate(prompts, SamplingParams(...))`."""
+
+from collections.abc import Sequence as Seq
+from dataclasses import fields
+
+from tqdm import tqdm
+
+from pagedllm.config import EngineConfig
+from pagedllm.engine.llm_engine import LLMEngine
+from pagedllm.engine.outputs import RequestOutput
+from pagedllm.engine.stats import EngineStats
+from pagedllm.errors import InvalidInputError
+from pagedllm.sampling_params import SamplingParams
+
+Prompt = str | list[int]
+
+
+class LLM:
+    """Loads a model once and serves batches of prompts through the paged engine.
+
+    `LLM()` loads the built-in default model; `LLM(model=PATH)` a local HF directory or GGUF file.
+    Every other keyword is an EngineConfig field (block_size, kv_cache_memory, dtype, ...).
+    """
+
+    def __init__(self, model: str | None = None, **engine_options) -> None:
+        known = {f.name for f in fields(EngineConfig)}
+        unknown = sorted(set(engine_options) - known)
+        if unknown:
+            raise InvalidInputError(f"unknown engine option(s) {unknown}; known: {sorted(known)}")
+        self.engine = LLMEngine(EngineConfig(model=model, **engine_options))
+
+    @property
+    def tokenizer(self):
+        return self.engine.tokenizer
+
+    def generate(
+        self,
+        prompts: Prompt | Seq[Prompt],
+        sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
+        use_tqdm: bool = True,
+    ) -> list[RequestOutput]:
+        """One RequestOutput per prompt, in prompt order, each with its n completions."""
+        prompts = _as_prompt_list(prompts)
+        params = _params_per_prompt(sampling_params, len(prompts))
+        ids = self._add_all(prompts, params)
+        return self._run(ids, use_tqdm)
+
+    def chat(
+        self,
+        messages: list[dict] | list[list[dict]],
+        sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
+        use_tqdm: bool = True,
+    ) -> list[RequestOutput]:
+        """Apply the model's chat template to each conversation, then generate."""
+        conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
+        prompts = [self.engine.apply_chat_template(c) for c in conversations]
+        return self.generate(prompts, sampling_params, use_tqdm)
+
+    def stats(self) -> EngineStats:
+        return self.engine.stats()
+
+    def _add_all(self, prompts: list[Prompt], params: list[SamplingParams]) -> list[str]:
+        ids: list[str] = []
+        try:
+            for prompt, p in zip(prompts, params):
+                ids.append(self.engine.add_request(None, prompt, p))
+        except Exception:
+            for request_id in ids:  # all or nothing: never leave half a batch queued
+                self.engine.abort_request(request_id)
+            raise
+        return ids
+
+    def _run(self, ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
+        done: dict[str, RequestOutput] = {}
+        with tqdm(total=len(ids), desc="generate", unit="req", disable=not use_tqdm) as bar:
+            while self.engine.has_unfinished_requests():
+                for output in self.engine.step():
+                    if output.finished:
+                        done[output.request_id] = output
+                        bar.update(1)
+        return [done[i] for i in ids]
+
+
+def _as_prompt_list(prompts: Prompt | Seq[Prompt]) -> list[Prompt]:
+    if isinstance(prompts, str):
+        return [prompts]
+    prompts = list(prompts)
+    if prompts and all(isinstance(t, int) for t in prompts):
+        return [prompts]  # one prompt given as token ids
+    if not prompts:
+        raise InvalidInputError("no prompts given")
+    return [p if isinstance(p, str) else list(p) for p in prompts]
+
+
+def _params_per_prompt(params: SamplingParams | Seq[SamplingParams] | None, count: int) -> list[SamplingParams]:
+    if params is None:
+        return [SamplingParams()] * count
+    if isinstance(params, SamplingParams):
+        return [params] * count
+    params = list(params)
+    if len(params) != count:
+        raise InvalidInputError(f"got {len(params)} SamplingParams for {count} prompts")
+    return params

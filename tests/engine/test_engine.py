@@ -1,0 +1,222 @@
+"""The engine end to end on a tiny random model: batching, preemption, prefix caching, sharing, aborts."""
+
+import random
+
+import pytest
+import torch
+
+from pagedllm.config import EngineConfig
+from pagedllm.engine.llm_engine import LLMEngine
+from pagedllm.errors import InvalidInputError
+from pagedllm.sampling_params import SamplingParams
+
+GREEDY = dict(temperature=0.0, ignore_eos=True)
+
+
+def make_engine(model_dir, **overrides) -> LLMEngine:
+    options = dict(model=str(model_dir), num_blocks=256, block_size=4, max_num_batched_tokens=64)
+    options.update(overrides)
+    return LLMEngine(EngineConfig(**options))
+
+
+def run_all(engine: LLMEngine, prompts, params, check_every_step: bool = False) -> list:
+    """Add every prompt, step to the end (checking the pool's invariants); outputs in prompt order."""
+    params = params if isinstance(params, list) else [params] * len(prompts)
+    ids = [engine.add_request(None, p, sp) for p, sp in zip(prompts, params)]
+    done = {}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            if out.finished:
+                done[out.request_id] = out
+        if check_every_step:
+            engine.kv.check_invariants()
+    engine.kv.check_invariants()
+    assert engine.kv.num_used_blocks == 0, "blocks leaked after every request ended"
+    return [done[i] for i in ids]
+
+
+def random_prompts(count: int, seed: int = 0, low: int = 3, high: int = 60) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(5, 384) for _ in range(rng.randint(low, high))] for _ in range(count)]
+
+
+def tokens(outputs) -> list[list[int]]:
+    return [o.outputs[0].token_ids for o in outputs]
+
+
+@pytest.fixture(scope="module")
+def hf_model(tiny_llama_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32).eval()
+
+
+def hf_greedy(hf_model, prompt: list[int], max_new: int) -> list[int]:
+    with torch.no_grad():
+        out = hf_model.generate(
+            torch.tensor([prompt]), max_new_tokens=max_new, min_new_tokens=max_new, do_sample=False,
+            eos_token_id=None, pad_token_id=0,
+        )
+    return out[0, len(prompt):].tolist()
+
+
+def test_batched_greedy_equals_alone_and_transformers(tiny_llama_dir, hf_model):
+    prompts = random_prompts(32, seed=1)
+    lengths = [8 + (i * 7) % 25 for i in range(32)]
+    params = [SamplingParams(max_tokens=n, **GREEDY) for n in lengths]
+    engine = make_engine(tiny_llama_dir)
+    batched = tokens(run_all(engine, prompts, params))
+    for i in (0, 5, 17, 31):
+        alone = tokens(run_all(make_engine(tiny_llama_dir), [prompts[i]], params[i]))[0]
+        assert batched[i] == alone
+    for i in range(32):
+        assert batched[i] == hf_greedy(hf_model, prompts[i], lengths[i]), f"request {i} differs from transformers"
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_preemption_keeps_greedy_tokens_and_frees_everything(tiny_llama_dir, mode):
+    prompts = random_prompts(12, seed=2, low=10, high=40)
+    params = SamplingParams(max_tokens=30, **GREEDY)
+    reference = tokens(run_all(make_engine(tiny_llama_dir), prompts, params))
+    small = make_engine(tiny_llama_dir, num_blocks=40, preemption_mode=mode)
+    squeezed = tokens(run_all(small, prompts, params))
+    assert small.stats().num_preemptions > 0, "the pool was meant to be too small for all requests at once"
+    assert squeezed == reference
+    assert small.stats().num_running == 0 and small.stats().num_waiting == 0
+    assert len(small.swap_space) == 0
+
+
+def test_prefix_caching_computes_only_unshared_tokens(tiny_llama_dir):
+    shared = random_prompts(1, seed=3, low=64, high=64)[0]
+    suffixes = random_prompts(6, seed=4, low=5, high=9)
+    prompts = [shared + s for s in suffixes]
+    params = SamplingParams(max_tokens=6, **GREEDY)
+    cached = make_engine(tiny_llama_dir, max_num_batched_tokens=512)
+    first = tokens(run_all(cached, prompts[:1], params))
+    before = cached.stats().prompt_tokens_total
+    rest = run_all(cached, prompts[1:], params)
+    computed = cached.stats().prompt_tokens_total - before
+    assert computed == sum(len(s) for s in suffixes[1:]), "only the unshared suffixes should be prefilled"
+    assert all(o.metrics.num_cached_prompt_tokens == 64 for o in rest)
+    uncached = make_engine(tiny_llama_dir, enable_prefix_caching=False)
+    assert first + tokens(rest) == tokens(run_all(uncached, prompts, params))
+
+
+def test_cache_salt_keeps_tenants_apart(tiny_llama_dir):
+    engine = make_engine(tiny_llama_dir)
+    prompt = random_prompts(1, seed=5, low=40, high=40)[0]
+    params = SamplingParams(max_tokens=2, **GREEDY)
+    engine.add_request("a", prompt, params, cache_salt="tenant-a")
+    while engine.has_unfinished_requests():
+        engine.step()
+    engine.add_request("b", prompt, params, cache_salt="tenant-b")
+    engine.step()
+    assert engine.requests["b"].metrics.num_cached_prompt_tokens == 0
+    engine.abort_request("b")
+
+
+def test_parallel_sampling_stores_prompt_once(tiny_llama_dir):
+    prompt = random_prompts(1, seed=6, low=40, high=40)[0]
+    engine = make_engine(tiny_llama_dir, enable_prefix_caching=False)
+    engine.add_request("n4", prompt, SamplingParams(n=4, max_tokens=3, temperature=1.0, seed=7, ignore_eos=True))
+    engine.step()  # prefill: one sequence
+    engine.step()  # first decode: four sequences sharing the prompt's blocks
+    shared_used = engine.kv.num_used_blocks
+    prompt_blocks = len(prompt) // 4  # 40 tokens = 10 full blocks, shared by all four
+    assert shared_used == prompt_blocks + 4 * 1  # each child owns only its own tail block
+    independent = 4 * (-(-(len(prompt) + 1) // 4))
+    assert shared_used < independent
+    engine.abort_request("n4")
+    assert engine.kv.num_used_blocks == 0
+
+
+def test_parallel_sampling_returns_n_distinct_completions(tiny_llama_dir):
+    engine = make_engine(tiny_llama_dir)
+    params = SamplingParams(n=4, max_tokens=12, temperature=1.0, seed=11, ignore_eos=True)
+    (out,) = run_all(engine, random_prompts(1, seed=8), params)
+    assert [c.index for c in out.outputs] == [0, 1, 2, 3]
+    assert all(len(c.token_ids) == 12 for c in out.outputs)
+    assert len({tuple(c.token_ids) for c in out.outputs}) > 1
+
+
+def test_seeded_sampling_same_alone_and_in_a_full_batch(tiny_llama_dir):
+    prompt = random_prompts(1, seed=9)[0]
+    seeded = SamplingParams(max_tokens=20, temperature=0.9, top_p=0.9, seed=1234, ignore_eos=True)
+    alone = tokens(run_all(make_engine(tiny_llama_dir), [prompt], seeded))[0]
+    others = random_prompts(15, seed=10)
+    noise = SamplingParams(max_tokens=25, temperature=1.0, ignore_eos=True)
+    batch = run_all(make_engine(tiny_llama_dir), others[:7] + [prompt] + others[7:], [noise] * 7 + [seeded] + [noise] * 8)
+    assert batch[7].outputs[0].token_ids == alone
+
+
+def test_abort_mid_generation_frees_blocks(tiny_llama_dir):
+    engine = make_engine(tiny_llama_dir)
+    for i, p in enumerate(random_prompts(4, seed=12)):
+        engine.add_request(f"r{i}", p, SamplingParams(max_tokens=50, **GREEDY))
+    for _ in range(5):
+        engine.step()
+    assert engine.kv.num_used_blocks > 0
+    for i in range(4):
+        engine.abort_request(f"r{i}")
+    engine.kv.check_invariants()
+    assert engine.kv.num_used_blocks == 0 and not engine.has_unfinished_requests()
+
+
+def test_requests_that_can_never_fit_are_rejected_at_once(tiny_llama_dir):
+    engine = make_engine(tiny_llama_dir, num_blocks=8, max_model_len=128)
+    with pytest.raises(InvalidInputError, match="maximum context length"):
+        engine.add_request(None, list(range(5, 200)), SamplingParams(max_tokens=4))
+    with pytest.raises(InvalidInputError, match="KV blocks"):
+        engine.add_request(None, list(range(5, 30)), SamplingParams(max_tokens=60))
+    with pytest.raises(InvalidInputError, match="empty"):
+        engine.add_request(None, [], SamplingParams())
+    (out,) = run_all(engine, [list(range(5, 15))], SamplingParams(max_tokens=5, **GREEDY))
+    assert len(out.outputs[0].token_ids) == 5
+
+
+def test_chunked_prefill_shares_steps_with_decodes(tiny_llama_dir):
+    engine = make_engine(tiny_llama_dir, max_num_batched_tokens=16)
+    engine.add_request("short", random_prompts(1, seed=13, low=5, high=5)[0], SamplingParams(max_tokens=40, **GREEDY))
+    engine.step()
+    engine.add_request("long", random_prompts(1, seed=14, low=100, high=100)[0], SamplingParams(max_tokens=2, **GREEDY))
+    out = engine.scheduler.schedule()
+    by_id = {s.request.request_id: s.num_new_tokens for s in out.scheduled}
+    assert by_id == {"short": 1, "long": 15}
+
+
+def hf_beam(hf_model, prompt: list[int], width: int, max_new: int, length_penalty: float, early_stopping) -> list[list[int]]:
+    with torch.no_grad():
+        out = hf_model.generate(
+            torch.tensor([prompt]), num_beams=width, num_return_sequences=width, max_new_tokens=max_new,
+            do_sample=False, length_penalty=length_penalty, early_stopping=early_stopping,
+            eos_token_id=2, pad_token_id=0,
+        )
+    rows = [r[len(prompt):].tolist() for r in out]
+    return [r[: r.index(2) + 1] if 2 in r else r for r in rows]  # drop padding after EOS
+
+
+@pytest.mark.parametrize("width,length_penalty,early_stopping", [(2, 1.0, False), (4, 0.5, True), (3, 2.0, "never")])
+def test_beam_search_equals_transformers(tiny_llama_dir, hf_model, width, length_penalty, early_stopping):
+    prompts = random_prompts(3, seed=20 + width)
+    params = SamplingParams(
+        n=width, use_beam_search=True, beam_width=width, temperature=0.0, max_tokens=10,
+        length_penalty=length_penalty, early_stopping=early_stopping,
+    )
+    outputs = run_all(make_engine(tiny_llama_dir), prompts, params, check_every_step=True)
+    for prompt, out in zip(prompts, outputs):
+        assert [c.token_ids for c in out.outputs] == hf_beam(hf_model, prompt, width, 10, length_penalty, early_stopping)
+
+
+def test_beams_share_the_prompt_blocks(tiny_llama_dir):
+    prompt = random_prompts(1, seed=30, low=40, high=40)[0]
+    engine = make_engine(tiny_llama_dir, enable_prefix_caching=False)
+    params = SamplingParams(n=4, use_beam_search=True, temperature=0.0, max_tokens=8, ignore_eos=True)
+    engine.add_request("beam", prompt, params)
+    for _ in range(3):
+        engine.step()
+        engine.kv.check_invariants()
+    live = len(engine.requests["beam"].live_seqs)
+    assert live == 4
+    assert engine.kv.num_used_blocks <= len(prompt) // 4 + 4 * 1  # prompt blocks once + one tail per beam
+    engine.abort_request("beam")
+    assert engine.kv.num_used_blocks == 0
