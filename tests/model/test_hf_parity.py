@@ -78,3 +78,16 @@ def test_batched_paged_greedy_matches_generate(name, impl, tmp_path_factory):
     model, config = load_model(path, torch.float32)
     runner = ModelRunner(model, config, num_blocks=96, block_size=4, dtype=torch.float32, attention_impl=impl)
     assert greedy_paged(runner, PROMPTS, NEW_TOKENS) == _hf_tokens(name, hf)
+
+
+def test_sharded_bf16_checkpoint_loads_and_casts(tmp_path):
+    from tiny import make_hf_model
+
+    hf = make_hf_model("llama").to(torch.bfloat16)
+    hf.save_pretrained(tmp_path, max_shard_size="100KB")
+    assert (tmp_path / "model.safetensors.index.json").is_file() and len(list(tmp_path.glob("*.safetensors"))) > 1
+    for dtype in (torch.float32, torch.bfloat16):
+        model, _ = load_model(tmp_path, dtype)
+        theirs = hf.state_dict()
+        for name, tensor in model.state_dict().items():
+            assert tensor.dtype == dtype and torch.equal(tensor.to(torch.bfloat16), theirs[name]), name
