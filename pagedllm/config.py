@@ -31,6 +31,7 @@ class EngineConfig:
     max_model_len: int | None = None  # default: the model's max_position_embeddings, capped at 8192
     enable_prefix_caching: bool = True
     preemption_mode: str = "recompute"  # or "swap"
+    allocator: str = "paged"  # "contiguous": admit only with a max-length contiguous reservation (baseline)
     attention_impl: str = "auto"
     served_model_name: str | None = None
     max_n: int = 16  # largest n / beam width a request may ask for
@@ -49,6 +50,8 @@ class EngineConfig:
             _require_positive("max_model_len", self.max_model_len)
         if parse_memory_size(self.kv_cache_memory) <= 0:
             raise InvalidInputError("kv_cache_memory must be positive")
+        if self.allocator not in ("paged", "contiguous"):
+            raise InvalidInputError(f"allocator must be 'paged' or 'contiguous', got {self.allocator!r}")
         if self.preemption_mode not in ("recompute", "swap"):
             raise InvalidInputError(f"preemption_mode must be 'recompute' or 'swap', got {self.preemption_mode!r}")
 

@@ -38,11 +38,12 @@ class LLMEngine:
         self.model_name = config.served_model_name or _model_name(path)
         self.max_model_len = config.max_model_len or min(self.model_config.max_position_embeddings, _MAX_DEFAULT_LEN)
         num_blocks = config.num_blocks or self._blocks_for_budget()
-        self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        sharing = config.enable_prefix_caching and config.allocator == "paged"  # contiguous runs share nothing
+        self.kv = KVCacheManager(num_blocks, config.block_size, sharing)
         self.runner = ModelRunner(
             self.model, self.model_config, num_blocks, config.block_size, self.dtype, config.attention_impl
         )
-        self.scheduler = Scheduler(config, self.kv)
+        self.scheduler = Scheduler(config, self.kv, self.max_model_len)
         self.swap_space = SwapSpace()
         self.requests: dict[str, Request] = {}
         self.eos_token_ids = _eos_ids(self.model_config, self.tokenizer)
@@ -181,6 +182,8 @@ class LLMEngine:
             )
         max_total = min(prompt_len + (params.max_tokens or self.max_model_len), self.max_model_len)
         blocks = -(-max_total // self.kv.block_size) * width
+        if self.config.allocator == "contiguous":
+            blocks = -(-self.max_model_len // self.kv.block_size) * width  # a max-length run per sequence
         if blocks > self.kv.num_blocks:
             raise InvalidInputError(
                 f"request needs up to {blocks} KV blocks ({width} x {max_total} tokens) but the pool has only "

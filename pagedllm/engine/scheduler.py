@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from pagedllm.config import EngineConfig
 from pagedllm.engine.request import Request, RequestStatus, Sequence
+from pagedllm.engine.reservation import ContiguousReservations
 from pagedllm.kv.manager import KVCacheManager
 
 
@@ -45,13 +46,14 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, kv: KVCacheManager) -> None:
+    def __init__(self, config: EngineConfig, kv: KVCacheManager, max_model_len: int) -> None:
         self.config = config
         self.kv = kv
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.num_preemptions = 0
         self.swapped: set[str] = set()  # seq ids whose K/V live in swap space
+        self.reservations = _reservations(config, kv, max_model_len)
 
     def add(self, request: Request) -> None:
         self.waiting.append(request)
@@ -64,6 +66,8 @@ class Scheduler:
             self.waiting.remove(request)
         for seq in request.seqs:
             self.free_seq(seq)
+        if self.reservations is not None:
+            self.reservations.release(request)
 
     def free_seq(self, seq: Sequence) -> None:
         if self.kv.has_seq(seq.seq_id):
@@ -152,6 +156,8 @@ class Scheduler:
             request = self.waiting[0]
             if self._num_running_seqs() + len(request.live_seqs) > self.config.max_num_seqs:
                 break
+            if self.reservations is not None and not self.reservations.reserve(request):
+                break
             taken = self._admit(request, budget, out)
             if taken is None:
                 break  # first come, first served: nothing overtakes the head of the queue
@@ -198,3 +204,9 @@ class Scheduler:
         if seq.num_prompt_tokens == len(seq.token_ids):
             request.metrics.num_cached_prompt_tokens = prefix.num_tokens
         out.scheduled.append(ScheduledSeq(seq, request, num_new))
+
+
+def _reservations(config: EngineConfig, kv: KVCacheManager, max_model_len: int) -> ContiguousReservations | None:
+    if config.allocator != "contiguous":
+        return None
+    return ContiguousReservations(kv.num_blocks * kv.block_size, max_model_len)

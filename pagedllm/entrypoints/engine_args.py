@@ -22,6 +22,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help="reuse cached KV blocks of identical prompt prefixes",
     )
     g.add_argument("--preemption-mode", default="recompute", choices=["recompute", "swap"])
+    g.add_argument(
+        "--allocator", default="paged", choices=["paged", "contiguous"],
+        help="contiguous: admit requests only with a max-length contiguous reservation (the baseline)",
+    )
     g.add_argument("--attention-impl", default="auto", help="auto, reference or blockwise")
     g.add_argument("--served-model-name", default=None, help="model name reported by the API")
     g.add_argument("--max-n", type=int, default=16, help="largest n / beam width a request may ask for")
@@ -40,6 +44,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         max_model_len=args.max_model_len,
         enable_prefix_caching=args.enable_prefix_caching,
         preemption_mode=args.preemption_mode,
+        allocator=args.allocator,
         attention_impl=args.attention_impl,
         served_model_name=args.served_model_name,
         max_n=args.max_n,

@@ -220,3 +220,22 @@ def test_beams_share_the_prompt_blocks(tiny_llama_dir):
     assert engine.kv.num_used_blocks <= len(prompt) // 4 + 4 * 1  # prompt blocks once + one tail per beam
     engine.abort_request("beam")
     assert engine.kv.num_used_blocks == 0
+
+
+def test_contiguous_reservation_admits_fewer_but_gives_the_same_tokens(tiny_llama_dir):
+    prompts = random_prompts(8, seed=40, low=10, high=20)
+    params = SamplingParams(max_tokens=8, **GREEDY)
+    small = dict(num_blocks=64, max_model_len=64, max_num_batched_tokens=512)
+    paged = make_engine(tiny_llama_dir, **small)
+    contiguous = make_engine(tiny_llama_dir, allocator="contiguous", **small)
+    for engine in (paged, contiguous):
+        for i, p in enumerate(prompts):
+            engine.add_request(f"r{i}", p, params)
+        engine.step()
+    # 64 blocks x 4 slots = 256 slots = four 64-slot reservations; paged admits all eight
+    assert len(contiguous.scheduler.running) == 4
+    assert len(paged.scheduler.running) == 8
+    fresh = make_engine(tiny_llama_dir, allocator="contiguous", **small)
+    again = make_engine(tiny_llama_dir, **small)
+    assert tokens(run_all(fresh, prompts, params)) == tokens(run_all(again, prompts, params))
+    assert not fresh.scheduler.reservations.allocator.reservations()
