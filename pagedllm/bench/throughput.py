@@ -1,0 +1,179 @@
+"""`pagedllm bench throughput`: offline, every request submitted at once; optional side-by-side runs
+(transformers static batches, prefix caching off, the contiguous allocator) on the same requests."""
+
+import argparse
+import dataclasses
+import gc
+import sys
+
+from pagedllm.bench.workloads import WORKLOADS, Workload, WorkloadSpec, build_workload
+from pagedllm.entrypoints.engine_args import add_engine_arguments, engine_config_from_args
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    w = parser.add_argument_group("workload")
+    w.add_argument("--workload", default="mixed", help=f"{', '.join(WORKLOADS)}, or a JSONL file of requests "
+                   '({"prompt": text or token ids, "max_tokens": 64, "n": 1, "beam": false} per line)')  # fmt: skip
+    w.add_argument("--num-requests", type=int, default=None, help="requests (default: 64 mixed/sharegpt-like, "
+                   "32 shared-prefix, 8 parallel-sampling/beam)")  # fmt: skip
+    w.add_argument("--prefix-len", type=int, default=384, help="shared prefix length (shared-prefix workload)")
+    c = parser.add_argument_group("comparisons")
+    c.add_argument("--baseline", choices=["none", "hf"], default="none", help="also run transformers generate")
+    c.add_argument("--hf-batch-size", type=int, default=16, help="prompts per static transformers batch")
+    c.add_argument("--compare-prefix-caching", action="store_true", help="also run with prefix caching off")
+    c.add_argument("--compare-allocators", action="store_true", help="also run the contiguous allocator")
+    add_output_arguments(parser)
+    add_engine_arguments(parser)
+    _add_allocator_option(parser)
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    o = parser.add_argument_group("output")
+    o.add_argument("--json", metavar="PATH", default=None, help="write the full result as JSON")
+    o.add_argument("--md", metavar="PATH", default=None, help="write the result as Markdown")
+    o.add_argument("--plot", metavar="PATH", default=None, help="write a PNG plot")
+    o.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _add_allocator_option(parser: argparse.ArgumentParser) -> None:
+    if not any("--allocator" in a.option_strings for a in parser._actions):  # engine_args may grow it
+        parser.add_argument("--allocator", choices=["paged", "contiguous"], default="paged",
+                            help="KV admission: paged blocks, or a max-length contiguous reservation (baseline)")  # fmt: skip
+
+
+def engine_config(args: argparse.Namespace, **changes):
+    config = engine_config_from_args(args)
+    allocator = getattr(args, "allocator", "paged")
+    if allocator != getattr(config, "allocator", "paged"):
+        changes.setdefault("allocator", allocator)
+    try:
+        return dataclasses.replace(config, **changes)
+    except TypeError as exc:
+        from pagedllm.errors import InvalidInputError
+
+        raise InvalidInputError(f"this engine does not support {sorted(changes)}: {exc}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from pagedllm.bench import plots, report
+
+    result = run_throughput(args)
+    print(report.format_table(result))
+    write_outputs(result, args)
+    if args.plot:
+        plots.plot_kv_timeline(result, args.plot)
+    return 0
+
+
+def write_outputs(result: dict, args: argparse.Namespace) -> None:
+    from pagedllm.bench import report
+
+    if args.json:
+        report.write_json(result, args.json)
+        print(f"wrote {args.json}", file=sys.stderr)
+    if args.md:
+        report.write_markdown(result, args.md)
+        print(f"wrote {args.md}", file=sys.stderr)
+
+
+def run_throughput(args: argparse.Namespace) -> dict:
+    from pagedllm.bench.engine_runner import run_engine
+    from pagedllm.bench.report import ratio
+
+    progress = not args.no_progress
+    config = engine_config(args)
+    engine = load_engine(config)
+    workload = workload_for(engine, args)
+    main = run_engine(engine, workload, _label(config), progress)
+    runs, ratios = [main], {}
+    if args.baseline == "hf":
+        runs.append(_hf_run(engine, workload, args, progress))
+        ratios["pagedllm / transformers"] = ratio(main, runs[-1])
+    model_name = engine.model_name
+    del engine
+    for name, changes in _variants(args, config):
+        gc.collect()
+        variant = engine_config(args, **changes)
+        runs.append(run_engine(load_engine(variant), workload, _label(variant), progress))
+        ratios[name] = ratio(main, runs[-1])
+    return build_report("throughput", model_name, config, workload, runs, ratios)
+
+
+def _variants(args: argparse.Namespace, config) -> list[tuple[str, dict]]:
+    out = []
+    if args.compare_prefix_caching:
+        flipped = not config.enable_prefix_caching
+        name = "prefix caching on / off" if config.enable_prefix_caching else "prefix caching off / on"
+        out.append((name, {"enable_prefix_caching": flipped}))
+    if args.compare_allocators:
+        current = getattr(config, "allocator", "paged")
+        other = "contiguous" if current == "paged" else "paged"
+        out.append((f"{current} / {other}", {"allocator": other}))
+    return out
+
+
+def _label(config) -> str:
+    allocator = getattr(config, "allocator", "paged")
+    prefix = "on" if config.enable_prefix_caching else "off"
+    return f"pagedllm ({allocator}, prefix cache {prefix})"
+
+
+def _hf_run(engine, workload: Workload, args: argparse.Namespace, progress: bool):
+    from pagedllm.bench.hf_baseline import hf_model_from, run_hf
+
+    hf_model = hf_model_from(engine.model, engine.model_config)
+    pad = engine.tokenizer.pad_token_id if engine.tokenizer.pad_token_id is not None else 0
+    try:
+        return run_hf(hf_model, workload, args.hf_batch_size, pad, progress)
+    finally:
+        del hf_model
+
+
+def load_engine(config):
+    import logging
+
+    from pagedllm.bench.engine_runner import warm_up
+    from pagedllm.engine.llm_engine import LLMEngine
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    engine = LLMEngine(config)
+    warm_up(engine)
+    return engine
+
+
+def workload_for(engine, args: argparse.Namespace) -> Workload:
+    """Build the workload against the loaded model (vocab, length); text prompts become token ids once."""
+    spec = WorkloadSpec(args.workload, args.num_requests, args.seed, engine.model_config.vocab_size,
+                        engine.max_model_len, args.prefix_len)  # fmt: skip
+    workload = build_workload(spec)
+    for r in workload.requests:
+        if isinstance(r.prompt, str):
+            r.prompt = list(engine.tokenizer(r.prompt).input_ids)
+    return workload
+
+
+def build_report(benchmark: str, model_name: str, config, workload: Workload, runs: list, ratios: dict) -> dict:
+    from pagedllm.bench.engine_runner import config_summary
+    from pagedllm.bench.env_info import environment
+    from pagedllm.bench.report import run_to_dict
+
+    return {
+        "benchmark": benchmark,
+        "command": command_line(),
+        "model": model_name,
+        "environment": environment(),
+        "workload": {"name": workload.name, "seed": workload.seed, **workload.length_stats()},
+        "engine_config": config_summary(config),
+        "runs": [run_to_dict(r) for r in runs],
+        "ratios": ratios,
+    }
+
+
+def command_line() -> str | None:
+    """The `pagedllm ...` command that produced this result (None when called from Python, e.g. tests)."""
+    import shlex
+    from pathlib import Path
+
+    if Path(sys.argv[0]).name not in ("pagedllm", "__main__.py", "cli.py"):
+        return None
+    return "pagedllm " + " ".join(shlex.quote(a) for a in sys.argv[1:])
