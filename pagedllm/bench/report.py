@@ -13,6 +13,7 @@ COLUMNS = [  # (header, key in run_to_dict, format)
     ("out tok/s", "output_tokens_per_s", "{:.1f}"),
     ("total tok/s", "total_tokens_per_s", "{:.1f}"),
     ("peak KV blocks", "peak_blocks", "{}"),
+    ("KV waste", "mean_kv_waste", "{:.1%}"),
     ("prefix hit", "prefix_hit_rate", "{:.1%}"),
     ("preempt", "num_preemptions", "{}"),
 ]

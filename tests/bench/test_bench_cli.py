@@ -1,0 +1,80 @@
+"""`pagedllm bench throughput / sweep` end to end on the tiny model, and the HF baseline's weights."""
+
+import argparse
+import json
+
+import pytest
+import torch
+
+from pagedllm.bench import cli as bench_cli
+from pagedllm.entrypoints.cli import main
+
+
+def test_subcommands_registered():
+    parser = argparse.ArgumentParser()
+    bench_cli.add_arguments(parser)
+    args = parser.parse_args(["throughput", "--workload", "beam", "--baseline", "hf"])
+    assert (args.workload, args.baseline, args.hf_batch_size) == ("beam", "hf", 16)
+    args = parser.parse_args(["sweep", "--parameter", "max-num-seqs", "--values", "1,2"])
+    assert args.parameter == "max-num-seqs"
+
+
+def test_throughput_with_hf_baseline_writes_json(tiny_llama_dir, tmp_path, capsys):
+    out = tmp_path / "result.json"
+    code = main(["bench", "throughput", "--model", str(tiny_llama_dir), "--workload", "mixed", "--num-requests", "6",
+                 "--max-model-len", "256", "--block-size", "8", "--kv-cache-memory", "4MiB", "--baseline", "hf", "--hf-batch-size", "4",
+                 "--json", str(out), "--md", str(tmp_path / "r.md"), "--no-progress"])  # fmt: skip
+    assert code == 0
+    data = json.loads(out.read_text())
+    engine, hf = data["runs"]
+    stats = data["workload"]
+    assert stats["num_requests"] == 6 and stats["prompt_len"]["max"] + stats["output_len"]["max"] <= 256 + 128
+    for run in (engine, hf):
+        assert run["output_tokens"] == stats["output_tokens"] and run["output_tokens_per_s"] > 0
+    assert 0 < engine["peak_blocks_used"] <= engine["num_blocks"]
+    assert len(engine["kv_timeline"]["blocks_used"]) == engine["steps"] > 0
+    assert engine["ttft_s"]["count"] == 6 and engine["num_preemptions"] == 0
+    assert hf["config"]["batch_size"] == 4
+    ratio = data["ratios"]["pagedllm / transformers"]
+    assert ratio == pytest.approx(engine["output_tokens_per_s"] / hf["output_tokens_per_s"])
+    env = data["environment"]
+    assert env["threads"] == torch.get_num_threads() and env["torch_version"] == torch.__version__ and env["cpu_model"]
+    assert data["engine_config"]["block_size"] == 8 and data["model"] == tiny_llama_dir.name
+    assert "pagedllm / transformers" in capsys.readouterr().out
+    assert "| pagedllm (paged, prefix cache on) |" in (tmp_path / "r.md").read_text()
+
+
+def test_shared_prefix_comparison_hits_the_cache(tiny_llama_dir, tmp_path):
+    out = tmp_path / "prefix.json"
+    main(["bench", "throughput", "--model", str(tiny_llama_dir), "--workload", "shared-prefix", "--num-requests", "4",
+          "--prefix-len", "64", "--block-size", "8", "--kv-cache-memory", "4MiB", "--compare-prefix-caching", "--json", str(out),
+          "--no-progress"])  # fmt: skip
+    on, off = json.loads(out.read_text())["runs"]
+    assert on["prefix_hit_rate"] > 0.2 and off["prefix_hit_rate"] == 0.0
+    assert on["config"]["enable_prefix_caching"] and not off["config"]["enable_prefix_caching"]
+
+
+def test_sweep_writes_points_and_plot(tiny_llama_dir, tmp_path):
+    out, png = tmp_path / "sweep.json", tmp_path / "sweep.png"
+    main(["bench", "sweep", "--model", str(tiny_llama_dir), "--values", "2,16", "--num-requests", "4",
+          "--max-model-len", "256", "--kv-cache-memory", "4MiB", "--json", str(out), "--plot", str(png), "--no-progress"])  # fmt: skip
+    data = json.loads(out.read_text())
+    assert [p["value"] for p in data["points"]] == [2, 16] and data["parameter"] == "block_size"
+    small, large = data["points"]
+    assert 0 <= small["mean_kv_waste"] < large["mean_kv_waste"] < 1  # bigger blocks, emptier tails
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_hf_baseline_model_has_the_engine_weights(tiny_llama_dir):
+    from pagedllm.bench.hf_baseline import hf_model_from, left_pad
+    from pagedllm.model.loader import load_model
+
+    model, config = load_model(tiny_llama_dir)
+    hf = hf_model_from(model, config)
+    ids, mask = left_pad([[5, 6, 7], [9, 10, 11, 12, 13]], pad_token_id=0)
+    assert ids[0].tolist() == [0, 0, 5, 6, 7] and mask[0].tolist() == [0, 0, 1, 1, 1]
+    from transformers import AutoModelForCausalLM
+
+    reference = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        assert torch.equal(hf(ids, attention_mask=mask).logits, reference(ids, attention_mask=mask).logits)
