@@ -32,3 +32,8 @@ serve: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
+
+# pagedllm vs vLLM's CPU build vs transformers, same requests; long, not part of the tests.
+# Installs vLLM in .venv-peers; results in out/peers/ (OUT, WORKLOADS, DTYPES, RUN_TIMEOUT override).
+bench-peers: install
+	bash scripts/bench_peers.sh

@@ -44,6 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="requests per second, Poisson arrivals (default inf: all at once)")
     load.add_argument("--max-concurrency", type=int, default=None, help="most requests in flight at once")
     load.add_argument("--timeout", type=float, default=1800.0, help="seconds the whole run may take")
+    load.add_argument("--ready-timeout", type=float, default=600.0,
+                      help="seconds to wait for the server's /health (and a started server's startup)")
     load.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
                       help="let requests stop at EOS (default: every request runs to max_tokens)")
     out = parser.add_argument_group("output")
@@ -72,8 +74,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise InvalidInputError("--request-rate must be positive (inf: all at once)")
     if args.max_concurrency is not None and args.max_concurrency < 1:
         raise InvalidInputError("--max-concurrency must be >= 1")
-    if args.timeout <= 0:
-        raise InvalidInputError("--timeout must be positive")
+    if args.timeout <= 0 or args.ready_timeout <= 0:
+        raise InvalidInputError("--timeout and --ready-timeout must be positive")
 
 
 def _run_launched(args: argparse.Namespace) -> dict[str, Any]:
@@ -81,7 +83,7 @@ def _run_launched(args: argparse.Namespace) -> dict[str, Any]:
 
     serve_args = ["--dtype", args.dtype, *shlex.split(args.serve_args)]
     print(f"starting pagedllm serve {' '.join(serve_args)} ...", file=sys.stderr)
-    server = launch(args.model, serve_args)
+    server = launch(args.model, serve_args, args.ready_timeout)
     try:
         args.base_url, model_path = server.base_url, args.model
         args.model = None  # request whatever name the started server serves
@@ -98,7 +100,7 @@ async def _run_with_server(args: argparse.Namespace, model_path: str | None = No
     from pagedllm.bench.serve_metrics import compute_metrics
     from pagedllm.bench.workloads import WorkloadSpec, build_workload
 
-    await wait_ready(args.base_url, timeout_s=min(args.timeout, 300.0))
+    await wait_ready(args.base_url, timeout_s=args.ready_timeout)
     card = await model_card(args.base_url, args.model)
     spec = WorkloadSpec(args.workload, args.num_requests, args.seed, _vocab_size(args, model_path or card.get("root")),
                         int(card.get("max_model_len") or 2048), args.prefix_len)
@@ -111,6 +113,7 @@ async def _run_with_server(args: argparse.Namespace, model_path: str | None = No
     records, duration = await run_requests(workload.requests, opts)
     return {
         "benchmark": "serve",
+        "command": _command_line(),
         "engine": args.label or card.get("owned_by") or "unknown",
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         "server": {"base_url": args.base_url, "model": card["id"], "model_root": card.get("root"),
@@ -122,6 +125,10 @@ async def _run_with_server(args: argparse.Namespace, model_path: str | None = No
         "metrics": _json_safe(compute_metrics(records, duration).to_dict()),
         "environment": environment(),
     }
+
+
+def _command_line() -> str:
+    return " ".join(shlex.quote(a) for a in ["pagedllm", *sys.argv[1:]])
 
 
 def _vocab_size(args: argparse.Namespace, model: str | None) -> int:

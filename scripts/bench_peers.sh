@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# pagedllm vs vLLM (CPU build) vs transformers on the same requests, offline and served.
+# Not part of the tests: it installs vLLM in .venv-peers and runs for a long while.
+#   OUT=out/peers WORKLOADS="mixed shared-prefix parallel-sampling" DTYPES="float32" scripts/bench_peers.sh
+# Results: $OUT/<dtype>/<workload>/*.json, the table in $OUT/comparison.{md,json}.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+OUT=${OUT:-out/peers}
+WORKLOADS=${WORKLOADS:-"mixed shared-prefix parallel-sampling"}
+DTYPES=${DTYPES:-float32}
+SEED=${SEED:-0}
+RUN_TIMEOUT=${RUN_TIMEOUT:-1800}  # seconds any one run may take
+HF_BASELINE=${HF_BASELINE:-1}
+MAX_MODEL_LEN=${MAX_MODEL_LEN:-2048}
+BIN=.venv/bin
+PEERS=.venv-peers
+MODEL_DIR="$OUT/smollm2-hf"
+
+log() { echo "[bench-peers $(date +%H:%M:%S)] $*" >&2; }
+
+bash pagedllm/bench/peers/install_vllm.sh || { log "vLLM install failed"; exit 1; }
+
+TCMALLOC=$(ls /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 2>/dev/null || true)
+if [ -z "$TCMALLOC" ] && [ "$(id -u)" = 0 ]; then
+  apt-get install -y -q libtcmalloc-minimal4 >/dev/null && TCMALLOC=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
+fi
+[ -n "$TCMALLOC" ] || log "tcmalloc not found (apt-get install libtcmalloc-minimal4); vLLM runs without it"
+IOMP=$(ls "$PWD/$PEERS/lib/libiomp5.so" 2>/dev/null || true)
+VLLM_PRELOAD=$(echo "$TCMALLOC $IOMP" | xargs | tr ' ' ':')
+VLLM_ENV=(env HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=4 VLLM_CPU_OMP_THREADS_BIND=0-1 LD_PRELOAD="$VLLM_PRELOAD")
+
+mkdir -p "$OUT"
+[ -f "$MODEL_DIR/config.json" ] || $BIN/pagedllm convert --to-hf "$MODEL_DIR" || exit 1
+
+free_port() { $BIN/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# run NAME CMD...: bounded by RUN_TIMEOUT, log in DIR/NAME.log, the last lines in DIR/NAME.err on failure.
+run() {
+  local name=$1; shift
+  log "$DIR: $name"
+  rm -f "$DIR/$name.err"
+  if ! timeout --kill-after=30 "$RUN_TIMEOUT" "$@" >"$DIR/$name.log" 2>&1; then
+    tail -n 20 "$DIR/$name.log" >"$DIR/$name.err"
+    log "$name failed: $(tail -n 1 "$DIR/$name.log")"
+    return 1
+  fi
+}
+
+vllm_serve_bench() {
+  local dtype=$1 port pid
+  port=$(free_port)
+  "${VLLM_ENV[@]}" timeout --kill-after=30 "$RUN_TIMEOUT" "$PEERS/bin/vllm" serve "$MODEL_DIR" --host 127.0.0.1 \
+    --port "$port" --dtype "$dtype" --max-model-len "$MAX_MODEL_LEN" --seed "$SEED" \
+    >"$DIR/vllm-server.log" 2>&1 &
+  pid=$!
+  run vllm-serve $BIN/pagedllm bench serve --base-url "http://127.0.0.1:$port" --label vllm \
+    --workload "$DIR/workload.jsonl" --seed "$SEED" --timeout "$RUN_TIMEOUT" --json "$DIR/vllm-serve.json"
+  kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+}
+
+for dtype in $DTYPES; do
+  for workload in $WORKLOADS; do
+    DIR="$OUT/$dtype/$workload"
+    mkdir -p "$DIR"
+    # one JSONL of token ids: every engine reads the very same requests
+    $BIN/python -c "from pagedllm.bench.workloads import WorkloadSpec as S, build_workload as b, save_jsonl as s; \
+s(b(S('$workload', None, $SEED, max_model_len=$MAX_MODEL_LEN)), '$DIR/workload.jsonl')" || exit 1
+    $BIN/python -c "import json, os, time; json.dump({'loadavg_before': os.getloadavg(), \
+'started': time.strftime('%Y-%m-%dT%H:%M:%S'), 'tcmalloc': '$TCMALLOC', 'iomp': '$IOMP'}, open('$DIR/conditions.json', 'w'))"
+    baseline=(); [ "$HF_BASELINE" = 1 ] && baseline=(--baseline hf)
+    run pagedllm-offline $BIN/pagedllm bench throughput --workload "$DIR/workload.jsonl" --dtype "$dtype" \
+      --seed "$SEED" "${baseline[@]}" --no-progress --json "$DIR/pagedllm-offline.json"
+    run vllm-offline "${VLLM_ENV[@]}" "$PEERS/bin/python" pagedllm/bench/peers/vllm_offline.py --model "$MODEL_DIR" \
+      --workload "$DIR/workload.jsonl" --dtype "$dtype" --seed "$SEED" --max-model-len "$MAX_MODEL_LEN" \
+      --json "$DIR/vllm-offline.json"
+    run pagedllm-serve $BIN/pagedllm bench serve --workload "$DIR/workload.jsonl" --dtype "$dtype" \
+      --seed "$SEED" --timeout "$RUN_TIMEOUT" --json "$DIR/pagedllm-serve.json"
+    vllm_serve_bench "$dtype"
+  done
+done
+
+$BIN/python -m pagedllm.bench.peers.compare "$OUT" --md "$OUT/comparison.md" --json "$OUT/comparison.json"
