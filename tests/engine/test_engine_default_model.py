@@ -1,0 +1,62 @@
+"""The engine on the real default model (CI): batched greedy equals alone and equals transformers."""
+
+import random
+
+import pytest
+import torch
+
+from pagedllm.config import EngineConfig
+from pagedllm.engine.llm_engine import LLMEngine
+from pagedllm.sampling_params import SamplingParams
+
+pytestmark = pytest.mark.slow
+NEW_TOKENS = 16
+
+
+@pytest.fixture(scope="module")
+def engine(default_model_path) -> LLMEngine:
+    return LLMEngine(EngineConfig(model=str(default_model_path), kv_cache_memory="512MiB", max_model_len=1024))
+
+
+@pytest.fixture(scope="module")
+def hf_model(default_model_path):
+    from gguf_oracle import hf_model_from_gguf
+
+    return hf_model_from_gguf(default_model_path)
+
+
+def _prompts(engine: LLMEngine) -> list[list[int]]:
+    """32 chat prompts of mixed lengths (real text, so greedy choices are not near-ties on noise)."""
+    rng = random.Random(0)
+    words = "the paged cache stores keys and values in blocks of sixteen tokens each one".split()
+    prompts = []
+    for i in range(32):
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(2, 90)))
+        prompts.append(engine.apply_chat_template([{"role": "user", "content": f"Summarize: {text}"}]))
+    return prompts
+
+
+def _run(engine: LLMEngine, prompts: list[list[int]]) -> list[list[int]]:
+    params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
+    ids = [engine.add_request(None, p, params) for p in prompts]
+    done = {}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            if out.finished:
+                done[out.request_id] = out.outputs[0].token_ids
+    assert engine.kv.num_used_blocks == 0
+    return [done[i] for i in ids]
+
+
+def test_32_mixed_requests_batched_equal_alone_and_transformers(engine, hf_model):
+    prompts = _prompts(engine)
+    batched = _run(engine, prompts)
+    for i in (0, 13, 31):
+        assert _run(engine, [prompts[i]]) == [batched[i]]
+    for i, prompt in enumerate(prompts):
+        with torch.no_grad():
+            out = hf_model.generate(
+                torch.tensor([prompt]), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                eos_token_id=None, pad_token_id=0,
+            )
+        assert batched[i] == out[0, len(prompt):].tolist(), f"request {i} differs from transformers"
