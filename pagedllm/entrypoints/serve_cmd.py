@@ -7,40 +7,20 @@ import logging
 import signal
 from typing import Any
 
+from pagedllm.entrypoints.engine_args import add_engine_arguments, engine_config_from_args
+
 logger = logging.getLogger("pagedllm.server")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default=None, help="HF directory or GGUF file (default: the built-in model)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--served-model-name", default=None, help="the model name clients use")
-    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
-    parser.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
-    parser.add_argument("--kv-cache-memory", default="2GiB", help="KV pool budget, e.g. 512MiB")
-    parser.add_argument("--num-blocks", type=int, default=None, help="KV pool size in blocks (overrides the budget)")
-    parser.add_argument("--max-num-seqs", type=int, default=64, help="running sequences per step")
-    parser.add_argument("--max-num-batched-tokens", type=int, default=1024, help="token budget per step")
-    parser.add_argument("--max-model-len", type=int, default=None, help="longest prompt + output")
-    parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
-    parser.add_argument("--max-n", type=int, default=16, help="largest n a request may ask for")
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-waiting-requests", type=int, default=None,
                         help="answer 503 with Retry-After past this many waiting requests")
     parser.add_argument("--shutdown-timeout", type=float, default=5.0,
                         help="seconds in-flight requests get to finish on SIGINT/SIGTERM")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-
-
-def engine_config(args: argparse.Namespace) -> Any:
-    from pagedllm.config import EngineConfig
-
-    return EngineConfig(
-        model=args.model, dtype=args.dtype, block_size=args.block_size, kv_cache_memory=args.kv_cache_memory,
-        num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
-        enable_prefix_caching=args.enable_prefix_caching, served_model_name=args.served_model_name,
-        max_n=args.max_n, seed=args.seed)
+    add_engine_arguments(parser)
 
 
 def load_engine(config: Any) -> Any:
@@ -57,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_waiting_requests is not None and args.max_waiting_requests < 1:
         raise InvalidInputError("--max-waiting-requests must be >= 1")
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(message)s")
-    engine = load_engine(engine_config(args))
+    engine = load_engine(engine_config_from_args(args))
     sock = bind(args.host, args.port)
     server = build_server(engine, args.host, args.port, args.max_waiting_requests,
                           args.shutdown_timeout, args.log_level)
