@@ -10,12 +10,13 @@ OUT=${OUT:-out/peers}
 WORKLOADS=${WORKLOADS:-"mixed shared-prefix parallel-sampling"}
 DTYPES=${DTYPES:-float32}
 SEED=${SEED:-0}
+NUM_REQUESTS=${NUM_REQUESTS:-None}  # None: each workload's default
 RUN_TIMEOUT=${RUN_TIMEOUT:-1800}  # seconds any one run may take
 HF_BASELINE=${HF_BASELINE:-1}
 MAX_MODEL_LEN=${MAX_MODEL_LEN:-2048}
 BIN=.venv/bin
 PEERS=.venv-peers
-MODEL_DIR="$OUT/smollm2-hf"
+MODEL_DIR=${MODEL_DIR:-out/peers/smollm2-hf}
 
 log() { echo "[bench-peers $(date +%H:%M:%S)] $*" >&2; }
 
@@ -30,7 +31,7 @@ IOMP=$(ls "$PWD/$PEERS/lib/libiomp5.so" 2>/dev/null || true)
 VLLM_PRELOAD=$(echo "$TCMALLOC $IOMP" | xargs | tr ' ' ':')
 VLLM_ENV=(env HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=4 VLLM_CPU_OMP_THREADS_BIND=0-1 LD_PRELOAD="$VLLM_PRELOAD")
 
-mkdir -p "$OUT"
+mkdir -p "$OUT" "$(dirname "$MODEL_DIR")"
 [ -f "$MODEL_DIR/config.json" ] || $BIN/pagedllm convert --to-hf "$MODEL_DIR" || exit 1
 
 free_port() { $BIN/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -65,7 +66,7 @@ for dtype in $DTYPES; do
     mkdir -p "$DIR"
     # one JSONL of token ids: every engine reads the very same requests
     $BIN/python -c "from pagedllm.bench.workloads import WorkloadSpec as S, build_workload as b, save_jsonl as s; \
-s(b(S('$workload', None, $SEED, max_model_len=$MAX_MODEL_LEN)), '$DIR/workload.jsonl')" || exit 1
+s(b(S('$workload', $NUM_REQUESTS, $SEED, max_model_len=$MAX_MODEL_LEN)), '$DIR/workload.jsonl')" || exit 1
     $BIN/python -c "import json, os, time; json.dump({'loadavg_before': os.getloadavg(), \
 'started': time.strftime('%Y-%m-%dT%H:%M:%S'), 'tcmalloc': '$TCMALLOC', 'iomp': '$IOMP'}, open('$DIR/conditions.json', 'w'))"
     baseline=(); [ "$HF_BASELINE" = 1 ] && baseline=(--baseline hf)
