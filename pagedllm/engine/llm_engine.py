@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from pagedllm.config import EngineConfig, parse_memory_size
+from pagedllm.config import EngineConfig
 from pagedllm.engine.model_runner import ModelRunner, SeqInput
 from pagedllm.engine.outputs import RequestOutput
 from pagedllm.engine.postprocess import StepPostprocessor
@@ -234,14 +234,18 @@ class LLMEngine:
         return num_blocks_for_memory(self.model_config, self.config.block_size, self.dtype, self.config.kv_cache_memory)
 
     def _log_capacity(self) -> None:
-        tokens = self.kv.num_blocks * self.kv.block_size
+        from pagedllm.attention import kv_cache_bytes_per_block
+
+        mc, kv = self.model_config, self.kv
+        per_block = kv_cache_bytes_per_block(mc.num_layers, kv.block_size, mc.num_kv_heads, mc.head_dim, self.dtype)
         logger.info(
-            "KV pool: %d blocks of %d tokens = %d tokens (%.0f MiB); %d requests of max length %d fit at once",
-            self.kv.num_blocks,
-            self.kv.block_size,
-            tokens,
-            parse_memory_size(self.config.kv_cache_memory) / 2**20 if self.config.num_blocks is None else 0,
-            self.kv.num_blocks // -(-self.max_model_len // self.kv.block_size),
+            "KV pool: %d blocks x %d tokens = %d tokens (%.0f MiB %s); %d requests of the max length %d fit at once",
+            kv.num_blocks,
+            kv.block_size,
+            kv.num_blocks * kv.block_size,
+            kv.num_blocks * per_block / 2**20,
+            self.config.dtype,
+            kv.num_blocks // -(-self.max_model_len // kv.block_size),
             self.max_model_len,
         )
 
@@ -263,12 +267,8 @@ def _model_name(path: str) -> str:
 
 
 def _eos_ids(model_config, tokenizer) -> set[int]:
-    ids = set()
-    eos = getattr(model_config, "eos_token_id", None)
-    if isinstance(eos, int):
-        ids.add(eos)
-    elif eos:
-        ids.update(eos)
+    """Every id that ends generation: the model's end tokens (Llama 3 has several) and the tokenizer's."""
+    ids = set(model_config.eos_token_ids)
     if tokenizer.eos_token_id is not None:
         ids.add(tokenizer.eos_token_id)
     return ids
