@@ -78,3 +78,15 @@ def test_hf_baseline_model_has_the_engine_weights(tiny_llama_dir):
     reference = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32).eval()
     with torch.no_grad():
         assert torch.equal(hf(ids, attention_mask=mask).logits, reference(ids, attention_mask=mask).logits)
+
+
+def test_contiguous_allocator_admits_fewer_sequences(tiny_llama_dir, tmp_path):
+    out = tmp_path / "alloc.json"
+    main(["bench", "throughput", "--model", str(tiny_llama_dir), "--num-requests", "8", "--max-model-len", "256",
+          "--block-size", "8", "--kv-cache-memory", "512KiB", "--compare-allocators", "--json", str(out),
+          "--no-progress"])  # fmt: skip
+    data = json.loads(out.read_text())
+    paged, contiguous = data["runs"]
+    assert contiguous["config"]["allocator"] == "contiguous" and "paged / contiguous" in data["ratios"]
+    # 512 KiB holds 682 tokens of this model: two 256-token reservations, but more actual sequences
+    assert max(contiguous["kv_timeline"]["running"]) <= 2 < max(paged["kv_timeline"]["running"])
