@@ -46,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--timeout", type=float, default=1800.0, help="seconds the whole run may take")
     load.add_argument("--ready-timeout", type=float, default=600.0,
                       help="seconds to wait for the server's /health (and a started server's startup)")
+    load.add_argument("--no-sample-seeds", dest="seed_samples", action="store_false",
+                      help="sample n > 1 requests without a per-request seed (vLLM 0.32 CPU fails on seeded "
+                           "requests whose prefill is chunked)")
     load.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
                       help="let requests stop at EOS (default: every request runs to max_tokens)")
     out = parser.add_argument_group("output")
@@ -108,7 +111,7 @@ async def _run_with_server(args: argparse.Namespace, model_path: str | None = No
     if any(r.beam for r in workload.requests):
         raise InvalidInputError("beam search is not part of the completions API; use `pagedllm bench throughput`")
     opts = ClientOptions(args.base_url, card["id"], args.request_rate, args.max_concurrency, args.seed,
-                         args.ignore_eos, args.timeout)
+                         args.ignore_eos, args.seed_samples, args.timeout)
     started = time.time()
     records, duration = await run_requests(workload.requests, opts)
     return {
@@ -121,7 +124,7 @@ async def _run_with_server(args: argparse.Namespace, model_path: str | None = No
         "workload": {"name": workload.name, "seed": workload.seed, "vocab_size": spec.vocab_size,
                      **workload.length_stats()},
         "load": {"request_rate": _finite_or_str(args.request_rate), "max_concurrency": args.max_concurrency,
-                 "ignore_eos": args.ignore_eos, "timeout_s": args.timeout},
+                 "ignore_eos": args.ignore_eos, "sample_seeds": args.seed_samples, "timeout_s": args.timeout},
         "metrics": _json_safe(compute_metrics(records, duration).to_dict()),
         "environment": environment(),
     }

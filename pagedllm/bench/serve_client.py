@@ -49,6 +49,7 @@ class ClientOptions:
     max_concurrency: int | None = None
     seed: int = 0
     ignore_eos: bool = True
+    seed_samples: bool = True  # send seed = seed + index with n > 1
     timeout_s: float = 1800.0  # the whole run
     extra_body: dict[str, Any] = field(default_factory=dict)
 
@@ -76,7 +77,7 @@ def request_body(index: int, req: BenchRequest, opts: ClientOptions) -> dict[str
         "temperature": 0.0 if req.n == 1 else 1.0, "stream": True,
         "stream_options": {"include_usage": True}, "ignore_eos": opts.ignore_eos,
     }
-    if req.n > 1:
+    if req.n > 1 and opts.seed_samples:
         body["seed"] = opts.seed + index
     body.update(opts.extra_body)
     return body

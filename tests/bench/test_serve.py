@@ -69,7 +69,7 @@ def test_mixed_all_at_once_counts_and_latencies(server, tmp_path):
     assert m["request_throughput"] == pytest.approx(6 / m["duration_s"])
     assert report["engine"] == "pagedllm" and report["server"]["model"] == "tiny-llama"
     assert report["load"] == {"request_rate": "inf", "max_concurrency": None, "ignore_eos": True,
-                              "timeout_s": 1800.0}
+                              "sample_seeds": True, "timeout_s": 1800.0}
     assert report["environment"]["cpu_count"] >= 1
     assert server.wait_idle().blocks_used == 0
 

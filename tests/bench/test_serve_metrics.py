@@ -98,3 +98,18 @@ def test_comparison_table_and_ratios(tmp_path):
     assert "| mixed | float32 | 300.0 | 150.0 | 30.0 | 2.00x | 10.00x |" in md
     assert "| mixed | float32 | pagedllm | 100.0 | 1.50 | 100 / 400 | 100 / 400 | 100 | 100 / 400 | 0 |" in md
     assert "| mixed | float32 | vLLM | - |" in md and "vllm-serve failed: `ConnectionError: refused`" in md
+
+
+def test_request_body_streams_token_ids_with_ignore_eos_and_optional_seeds():
+    from pagedllm.bench.serve_client import ClientOptions, request_body
+    from pagedllm.bench.workloads import BenchRequest
+
+    opts = ClientOptions("http://127.0.0.1:1", "m", seed=5)
+    body = request_body(2, BenchRequest([16, 17], 8, n=3), opts)
+    assert body["prompt"] == [16, 17] and body["max_tokens"] == 8 and body["n"] == 3
+    assert body["stream"] and body["stream_options"] == {"include_usage": True} and body["ignore_eos"]
+    assert body["temperature"] == 1.0 and body["seed"] == 7
+    unseeded = ClientOptions("http://127.0.0.1:1", "m", seed=5, seed_samples=False)
+    assert "seed" not in request_body(2, BenchRequest([16], 8, n=3), unseeded)
+    greedy = request_body(0, BenchRequest([16], 8), opts)
+    assert greedy["temperature"] == 0.0 and "seed" not in greedy
