@@ -8,6 +8,8 @@
   is no cached prefix, or an explicit causal mask offset by the cached length (chunked prefill).
 """
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -20,17 +22,49 @@ from pagedllm.attention.reference import causal_mask
 GATHER_BUDGET_BYTES = 8 << 20
 
 
+@dataclass(slots=True)
+class DecodeChunk:
+    """Index tensors of one chunk of decode sequences: the same in every layer of a step."""
+
+    rows: torch.Tensor  # [S] int64: each sequence's query row
+    blocks: torch.Tensor  # [S * num_blocks] int64: the chunk's block tables, flattened
+    pad: torch.Tensor  # [1, S, 1, ctx] bool: key positions at or past each sequence's length
+
+
+@dataclass(slots=True)
+class FastPlan:
+    decode: list[DecodeChunk]
+    prefill: list[tuple[slice, torch.Tensor, int]]  # (query rows, block table, seq_len)
+
+
 def fast_attention(query: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """query: [num_tokens, num_heads, head_dim] -> [num_tokens, num_heads, head_dim]."""
+    if not isinstance(meta.plan, FastPlan):
+        meta.plan = make_plan(meta, kv_cache)
     out = torch.empty_like(query)
-    decode, prefill = split_decode_prefill(meta)
-    for chunk in decode_chunks(meta, decode, kv_cache):
-        decode_attention(query, kv_cache, meta, scale, chunk, out)
-    for i in prefill:
-        start, query_len = int(meta.query_start_loc[i]), meta.query_lens_list[i]
-        rows = slice(start, start + query_len)
-        out[rows] = prefill_attention(query[rows], kv_cache, meta.block_tables[i], meta.seq_lens_list[i], scale)
+    for chunk in meta.plan.decode:
+        decode_attention(query, kv_cache, scale, chunk, out)
+    for rows, table, seq_len in meta.plan.prefill:
+        out[rows] = prefill_attention(query[rows], kv_cache, table, seq_len, scale)
     return out
+
+
+def make_plan(meta: AttentionMetadata, kv_cache: torch.Tensor) -> FastPlan:
+    """Group the step's sequences once; every layer then reuses the index tensors."""
+    decode, prefill = split_decode_prefill(meta)
+    block_size = kv_cache.shape[3]
+    chunks = []
+    for seq_ids in decode_chunks(meta, decode, kv_cache):
+        group = make_group(meta, seq_ids)
+        ctx = group.block_tables.shape[1] * block_size
+        pad = torch.arange(ctx).unsqueeze(0) >= group.seq_lens.unsqueeze(1)  # [S, ctx]
+        chunks.append(DecodeChunk(group.token_index[:, 0], group.block_tables.flatten(), pad.view(1, len(seq_ids), 1, ctx)))
+    starts = meta.query_start_loc.tolist()
+    prefill_work = [
+        (slice(starts[i], starts[i] + meta.query_lens_list[i]), meta.block_tables[i], meta.seq_lens_list[i])
+        for i in prefill
+    ]
+    return FastPlan(chunks, prefill_work)
 
 
 def decode_chunks(meta: AttentionMetadata, seq_ids: list[int], kv_cache: torch.Tensor) -> list[list[int]]:
@@ -55,23 +89,18 @@ def decode_chunks(meta: AttentionMetadata, seq_ids: list[int], kv_cache: torch.T
 
 
 def decode_attention(
-    query: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata, scale: float, seq_ids: list[int], out: torch.Tensor
+    query: torch.Tensor, kv_cache: torch.Tensor, scale: float, chunk: DecodeChunk, out: torch.Tensor
 ) -> None:
-    """Fill out's rows of the one-token sequences seq_ids."""
-    group = make_group(meta, seq_ids)
-    num_seqs = len(seq_ids)
-    _, kvh, _, block_size, head_dim = kv_cache.shape
+    """Fill out's rows of the chunk's one-token sequences."""
+    num_seqs, ctx = chunk.pad.shape[1], chunk.pad.shape[3]
+    _, kvh, _, _, head_dim = kv_cache.shape
     num_heads = query.shape[1]
-    ctx = group.block_tables.shape[1] * block_size
-
-    kv = gather_blocks(kv_cache, group.block_tables.flatten()).view(2, kvh, num_seqs, ctx, head_dim)
-    rows = group.token_index[:, 0]  # [S]
-    q = (query[rows] * scale).view(num_seqs, kvh, num_heads // kvh, head_dim).transpose(0, 1)  # [kvh, S, g, d]
+    kv = gather_blocks(kv_cache, chunk.blocks).view(2, kvh, num_seqs, ctx, head_dim)
+    q = (query[chunk.rows] * scale).view(num_seqs, kvh, num_heads // kvh, head_dim).transpose(0, 1)  # [kvh, S, g, d]
     scores = (q.to(kv.dtype) @ kv[0].transpose(-1, -2)).float()  # [kvh, S, g, ctx]
-    pad = torch.arange(ctx).unsqueeze(0) >= group.seq_lens.unsqueeze(1)  # [S, ctx]
-    probs = scores.masked_fill_(pad.view(1, num_seqs, 1, ctx), float("-inf")).softmax(dim=-1)
+    probs = scores.masked_fill_(chunk.pad, float("-inf")).softmax(dim=-1)
     o = probs.to(kv.dtype) @ kv[1]  # [kvh, S, g, d]
-    out[rows] = o.transpose(0, 1).reshape(num_seqs, num_heads, head_dim).to(query.dtype)
+    out[chunk.rows] = o.transpose(0, 1).reshape(num_seqs, num_heads, head_dim).to(query.dtype)
 
 
 def prefill_attention(

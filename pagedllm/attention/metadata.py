@@ -21,6 +21,7 @@ class AttentionMetadata:
     block_size: int
     seq_lens_list: list[int]  # host copies, so ops need no .tolist() per layer
     query_lens_list: list[int]
+    plan: object | None = None  # per-step work list an implementation derives once and reuses in every layer
 
     @property
     def num_seqs(self) -> int:
