@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pagedllm.config import EngineConfig
 from pagedllm.engine.request import Request, RequestStatus, Sequence
 from pagedllm.engine.reservation import ContiguousReservations
-from pagedllm.kv.manager import KVCacheManager
+from pagedllm.kv.manager import KVCacheManager, PrefixHit
 
 
 @dataclass(slots=True)
@@ -172,38 +172,54 @@ class Scheduler:
         return sum(len(r.live_seqs) for r in self.running)
 
     def _admit(self, request: Request, budget: int, out: SchedulerOutput) -> int | None:
-        """Give every live sequence its cached prefix (or swapped blocks) and a first chunk; None if it does not fit."""
-        plans = [self._plan_admission(request, seq, budget) for seq in request.live_seqs]
-        if request.params.use_beam_search and sum(n for _, n, _ in plans) > budget and out.scheduled:
-            return None
+        """Give every live sequence its cached prefix (or swapped-out K/V) and a first chunk; None if it does not fit."""
+        plans = self._plan_admission(request, budget)
+        wanted = sum(p.num_new for p in plans if not p.swapped)
+        if request.params.use_beam_search and wanted > budget and out.scheduled:
+            return None  # beams move together: wait for a step with room for all of them
         allocated: list[Sequence] = []
-        for seq, num_new, prefix in plans:
-            hit = None if prefix == "swap" else prefix
-            if self.kv.allocate(seq.seq_id, seq.token_ids, num_new, prefix=hit, extra_keys=request.extra_keys) is None:
-                for done in allocated:  # all or nothing: undo this request's admission
-                    self.kv.free(done.seq_id)
+        for p in plans:
+            if self.kv.allocate(p.seq.seq_id, p.seq.token_ids, p.num_new, p.prefix, request.extra_keys) is None:
+                for seq in allocated:  # all or nothing: undo this request's admission
+                    self.kv.free(seq.seq_id)
                 return None
-            allocated.append(seq)
-        for seq, num_new, prefix in plans:
-            self._start_seq(request, seq, prefix, num_new, out)
-        return sum(n for seq, n, prefix in plans if prefix != "swap")
+            allocated.append(p.seq)
+        for p in plans:
+            self._start_seq(request, p, out)
+        return wanted
 
-    def _plan_admission(self, request: Request, seq: Sequence, budget: int):
-        if seq.seq_id in self.swapped:
-            return seq, seq.num_computed, "swap"
-        prefix = self.kv.lookup_prefix(seq.token_ids, request.extra_keys)
-        num_new = min(len(seq.token_ids) - prefix.num_tokens, max(budget, 1))
-        return seq, num_new, prefix
+    def _plan_admission(self, request: Request, budget: int) -> list["Admission"]:
+        plans = []
+        for seq in request.live_seqs:
+            if seq.seq_id in self.swapped:  # allocate room for its saved K/V; they are copied back before the step
+                plans.append(Admission(seq, seq.num_computed, None, swapped=True))
+                continue
+            prefix = self.kv.lookup_prefix(seq.token_ids, request.extra_keys)
+            num_new = min(len(seq.token_ids) - prefix.num_tokens, max(budget, 1))
+            budget -= num_new
+            plans.append(Admission(seq, num_new, prefix))
+        return plans
 
-    def _start_seq(self, request: Request, seq: Sequence, prefix, num_new: int, out: SchedulerOutput) -> None:
-        if prefix == "swap":
+    def _start_seq(self, request: Request, plan: "Admission", out: SchedulerOutput) -> None:
+        seq = plan.seq
+        if plan.swapped:
             out.swap_in.append((seq, self.kv.block_table(seq.seq_id)))
             self.swapped.discard(seq.seq_id)
-            return  # its K/V come back; its pending tokens are scheduled from the next step
-        seq.num_computed = prefix.num_tokens
+            return  # its pending tokens are scheduled from the next step on
+        seq.num_computed = plan.prefix.num_tokens
         if seq.num_prompt_tokens == len(seq.token_ids):
-            request.metrics.num_cached_prompt_tokens = prefix.num_tokens
-        out.scheduled.append(ScheduledSeq(seq, request, num_new))
+            request.metrics.num_cached_prompt_tokens = plan.prefix.num_tokens
+        out.scheduled.append(ScheduledSeq(seq, request, plan.num_new))
+
+
+@dataclass(slots=True)
+class Admission:
+    """How one sequence of a waiting request would join: its prefix-cache hit and first chunk."""
+
+    seq: Sequence
+    num_new: int  # slots to allocate beyond the hit (for a swapped sequence: its saved tokens)
+    prefix: PrefixHit | None
+    swapped: bool = False
 
 
 def _reservations(config: EngineConfig, kv: KVCacheManager, max_model_len: int) -> ContiguousReservations | None:
