@@ -87,6 +87,7 @@ def test_comparison_table_and_ratios(tmp_path):
                **{k: summary for k in ("ttft_s", "tpot_s", "itl_s", "e2e_s")}}
     _write(run / "pagedllm-serve.json", {"metrics": metrics})
     (run / "vllm-serve.err").write_text("log line\nConnectionError: refused\n")
+    (run / "vllm-offline.load").write_text("1.5\n2.25\n")
     [entry] = compare.collect(tmp_path)
     assert entry["ratios"]["offline pagedllm / vLLM"] == pytest.approx(2.0)
     assert entry["ratios"]["offline pagedllm / transformers"] == pytest.approx(10.0)
@@ -98,6 +99,7 @@ def test_comparison_table_and_ratios(tmp_path):
     assert "| mixed | float32 | 300.0 | 150.0 | 30.0 | 2.00x | 10.00x |" in md
     assert "| mixed | float32 | pagedllm | 100.0 | 1.50 | 100 / 400 | 100 / 400 | 100 | 100 / 400 | 0 |" in md
     assert "| mixed | float32 | vLLM | - |" in md and "vllm-serve failed: `ConnectionError: refused`" in md
+    assert entry["loadavg"] == {"vllm-offline": [1.5, 2.25]} and "vllm-offline 1.5→2.2" in md
 
 
 def test_request_body_streams_token_ids_with_ignore_eos_and_optional_seeds():

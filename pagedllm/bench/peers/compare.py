@@ -5,7 +5,8 @@ Reads the results scripts/bench_peers.sh leaves under OUT/<dtype>/<workload>/:
   vllm-offline.json      pagedllm/bench/peers/vllm_offline.py
   pagedllm-serve.json    `pagedllm bench serve` against a `pagedllm serve` it started
   vllm-serve.json        `pagedllm bench serve --base-url` against `vllm serve`
-and <name>.err (the failure's last log lines) for a run that failed.
+<name>.err (the failure's last log lines) for a run that failed, and <name>.load (the 1-minute load
+average before and after the run: these machines are shared, so the table says how busy it was).
 
     python -m pagedllm.bench.peers.compare out/peers --md out/peers/comparison.md --json out/peers/comparison.json
 """
@@ -52,6 +53,11 @@ def served_metrics(run_dir: Path) -> dict[str, dict[str, Any] | None]:
     return out
 
 
+def _loadavg(run_dir: Path, name: str) -> list[float] | None:
+    path = run_dir / f"{name}.load"
+    return [float(x) for x in path.read_text().split()] if path.is_file() else None
+
+
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
@@ -71,6 +77,7 @@ def collect(out_dir: Path) -> list[dict[str, Any]]:
                        "offline pagedllm / transformers": _ratio(offline["pagedllm"], offline["transformers"]),
                        "served pagedllm / vLLM": _ratio(serve_rate["pagedllm"], serve_rate["vLLM"])},
             "errors": {n: e for n in names if (e := _error(run_dir, n))},
+            "loadavg": {n: load for n in names if (load := _loadavg(run_dir, n))},
             "conditions": _conditions(run_dir),
         })
     return entries
@@ -139,7 +146,12 @@ def render_markdown(entries: list[dict[str, Any]]) -> str:
               f"{_f(e['ratios']['served pagedllm / vLLM'], '{:.2f}x')}" for e in entries]
     errors = [f"- {e['workload']} {e['dtype']} {name} failed: `{msg}`" for e in entries
               for name, msg in e["errors"].items()]
-    return "\n".join(lines + ratios + ([""] + errors if errors else [])) + "\n"
+    loads = [f"- {e['workload']} {e['dtype']}: " + ", ".join(f"{n} {'→'.join(f'{x:.1f}' for x in v)}"
+                                                           for n, v in e["loadavg"].items())
+             for e in entries if e["loadavg"]]
+    if loads:
+        loads = ["", "1-minute load average before → after each run (2 cores; other work shares them):", *loads]
+    return "\n".join(lines + ratios + ([""] + errors if errors else []) + loads) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
