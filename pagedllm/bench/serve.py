@@ -98,22 +98,35 @@ def _run_launched(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _run_with_server(args: argparse.Namespace, model_path: str | None = None) -> dict[str, Any]:
-    from pagedllm.bench.env_info import environment
     from pagedllm.bench.serve_client import ClientOptions, model_card, run_requests, wait_ready
-    from pagedllm.bench.serve_metrics import compute_metrics
-    from pagedllm.bench.workloads import WorkloadSpec, build_workload
 
     await wait_ready(args.base_url, timeout_s=args.ready_timeout)
     card = await model_card(args.base_url, args.model)
-    spec = WorkloadSpec(args.workload, args.num_requests, args.seed, _vocab_size(args, model_path or card.get("root")),
-                        int(card.get("max_model_len") or 2048), args.prefix_len)
-    workload = build_workload(spec)
-    if any(r.beam for r in workload.requests):
-        raise InvalidInputError("beam search is not part of the completions API; use `pagedllm bench throughput`")
+    workload, vocab_size = _workload(args, card, model_path)
     opts = ClientOptions(args.base_url, card["id"], args.request_rate, args.max_concurrency, args.seed,
                          args.ignore_eos, args.seed_samples, args.timeout)
     started = time.time()
     records, duration = await run_requests(workload.requests, opts)
+    return _report(args, card, workload, vocab_size, started, records, duration)
+
+
+def _workload(args: argparse.Namespace, card: dict[str, Any], model_path: str | None) -> tuple[Any, int]:
+    from pagedllm.bench.workloads import WorkloadSpec, build_workload
+
+    vocab_size = _vocab_size(args, model_path or card.get("root"))
+    spec = WorkloadSpec(args.workload, args.num_requests, args.seed, vocab_size,
+                        int(card.get("max_model_len") or 2048), args.prefix_len)
+    workload = build_workload(spec)
+    if any(r.beam for r in workload.requests):
+        raise InvalidInputError("beam search is not part of the completions API; use `pagedllm bench throughput`")
+    return workload, vocab_size
+
+
+def _report(args: argparse.Namespace, card: dict[str, Any], workload: Any, vocab_size: int, started: float,
+            records: list[Any], duration: float) -> dict[str, Any]:
+    from pagedllm.bench.env_info import environment
+    from pagedllm.bench.serve_metrics import compute_metrics
+
     return {
         "benchmark": "serve",
         "command": _command_line(),
@@ -121,17 +134,21 @@ async def _run_with_server(args: argparse.Namespace, model_path: str | None = No
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         "server": {"base_url": args.base_url, "model": card["id"], "model_root": card.get("root"),
                    "max_model_len": card.get("max_model_len"), "launched": None},
-        "workload": {"name": workload.name, "seed": workload.seed, "vocab_size": spec.vocab_size,
+        "workload": {"name": workload.name, "seed": workload.seed, "vocab_size": vocab_size,
                      **workload.length_stats()},
         "load": {"request_rate": _finite_or_str(args.request_rate), "max_concurrency": args.max_concurrency,
                  "ignore_eos": args.ignore_eos, "sample_seeds": args.seed_samples, "timeout_s": args.timeout},
         "metrics": _json_safe(compute_metrics(records, duration).to_dict()),
-        "environment": environment(),
+        "environment": environment(),  # the client's side of the machine (threads are the client's)
     }
 
 
-def _command_line() -> str:
-    return " ".join(shlex.quote(a) for a in ["pagedllm", *sys.argv[1:]])
+def _command_line() -> str | None:
+    """The command that produced the report (None when called from Python, e.g. tests)."""
+    if Path(sys.argv[0]).name not in ("pagedllm", "__main__.py", "cli.py", "serve.py"):
+        return None
+    prefix = ["pagedllm"] if Path(sys.argv[0]).name != "serve.py" else ["python", "-m", "pagedllm.bench.serve"]
+    return " ".join(shlex.quote(a) for a in [*prefix, *sys.argv[1:]])
 
 
 def _vocab_size(args: argparse.Namespace, model: str | None) -> int:
