@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pagedllm.model.config import ModelConfig, RopeScaling
+from pagedllm.model.projection import Projection
 
 
 class RMSNorm(nn.Module):
@@ -71,18 +72,19 @@ class SwiGLUMLP(nn.Module):
         self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
-        self.gate_up: tuple[torch.Tensor, None] | None = None  # fused weight once fuse() ran
+        self.gate_up: Projection | None = None  # fused gate/up and packed down, once fuse() ran
+        self.down: Projection | None = None
 
-    def fuse(self) -> None:
-        self.gate_up = fuse_linears([self.gate_proj, self.up_proj])
+    def fuse(self, pack: bool = False) -> None:
+        self.gate_up = Projection(*fuse_linears([self.gate_proj, self.up_proj]), pack)
+        self.down = Projection(self.down_proj.weight, None, pack)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [T, hidden] -> [T, intermediate] -> [T, hidden]
         if self.gate_up is None:
-            gate, up = self.gate_proj(x), self.up_proj(x)
-        else:
-            gate, up = F.linear(x, *self.gate_up).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
 
 
 def fuse_linears(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
