@@ -16,13 +16,11 @@ def can_pack(dtype: torch.dtype) -> bool:
 class Projection:
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, pack: bool) -> None:
         self.weight, self.bias = weight, bias  # weight: [out, in]
-        self._packed: tuple[torch.Tensor, torch.Tensor] | None = None
-        if pack:
-            packed_bias = bias if bias is not None else torch.zeros(weight.shape[0], dtype=weight.dtype)
-            self._packed = (weight.detach().to_mkldnn(), packed_bias.detach().contiguous().to_mkldnn())
+        self._packed = weight.detach().to_mkldnn() if pack else None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x: [T, in] -> [T, out]."""
         if self._packed is None:
             return F.linear(x, self.weight, self.bias)
-        return torch._C._nn.mkldnn_linear(x.contiguous().to_mkldnn(), *self._packed).to_dense()
+        # dense in, dense out: only the weight lives in oneDNN's layout
+        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self._packed, self.bias, "none", [], "")
