@@ -37,11 +37,15 @@ mkdir -p "$OUT" "$(dirname "$MODEL_DIR")"
 free_port() { $BIN/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 # run NAME CMD...: bounded by RUN_TIMEOUT, log in DIR/NAME.log, the last lines in DIR/NAME.err on failure.
+# The 1-minute load average before and after goes to DIR/NAME.load (the machine is shared).
 run() {
-  local name=$1; shift
+  local name=$1 status=0; shift
   log "$DIR: $name"
   rm -f "$DIR/$name.err"
-  if ! timeout --kill-after=30 "$RUN_TIMEOUT" "$@" >"$DIR/$name.log" 2>&1; then
+  cut -d' ' -f1 /proc/loadavg >"$DIR/$name.load"
+  timeout --kill-after=30 "$RUN_TIMEOUT" "$@" >"$DIR/$name.log" 2>&1 || status=$?
+  cut -d' ' -f1 /proc/loadavg >>"$DIR/$name.load"
+  if [ "$status" != 0 ]; then
     tail -n 20 "$DIR/$name.log" >"$DIR/$name.err"
     log "$name failed: $(tail -n 1 "$DIR/$name.log")"
     return 1
