@@ -56,3 +56,22 @@ def _save(fig, path: str | Path) -> None:
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def plot_latency_percentiles(reports: list[dict], path: str | Path) -> None:
+    """p50 / p90 / p99 of TTFT, TPOT, ITL and end-to-end latency, one group of bars per serve report."""
+    plt = _pyplot()
+    metrics = [("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "end to end")]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(12, 3.8))
+    width = 0.8 / max(len(reports), 1)
+    for ax, (key, title) in zip(axes, metrics):
+        for i, report in enumerate(reports):
+            summary = report["metrics"][key] or {}
+            values = [1000 * (summary.get(q) or 0.0) for q in ("p50", "p90", "p99")]
+            ax.bar([x + i * width for x in range(3)], values, width, label=report.get("engine", f"run {i}"))
+        ax.set_xticks([x + width * (len(reports) - 1) / 2 for x in range(3)], ["p50", "p90", "p99"])
+        ax.set(title=title, ylabel="ms")
+        ax.grid(alpha=0.3, axis="y")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"serving latency: {reports[0]['workload']['name']}")
+    _save(fig, path)

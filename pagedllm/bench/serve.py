@@ -56,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="write the report as JSON (to stdout without PATH)")
     out.add_argument("--md", nargs="?", const="-", default=None, metavar="PATH",
                      help="write the report as a Markdown table (to stdout without PATH)")
+    out.add_argument("--plot", default=None, metavar="PATH", help="PNG of the latency percentiles")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,6 +70,10 @@ def run(args: argparse.Namespace) -> int:
         write_output(args.json, json.dumps(report, indent=2) + "\n")
     if args.md is not None:
         write_output(args.md, render_markdown(report))
+    if args.plot is not None:
+        from pagedllm.bench.plots import plot_latency_percentiles
+
+        plot_latency_percentiles([report], args.plot)
     return 0 if report["metrics"]["failed"] == 0 else 1
 
 

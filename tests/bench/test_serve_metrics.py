@@ -115,3 +115,14 @@ def test_request_body_streams_token_ids_with_ignore_eos_and_optional_seeds():
     assert "seed" not in request_body(2, BenchRequest([16], 8, n=3), unseeded)
     greedy = request_body(0, BenchRequest([16], 8), opts)
     assert greedy["temperature"] == 0.0 and "seed" not in greedy
+
+
+def test_latency_percentile_plot_is_written(tmp_path):
+    from pagedllm.bench.plots import plot_latency_percentiles
+
+    summary = {"p50": 0.1, "p90": 0.2, "p99": 0.3}
+    report = {"engine": "pagedllm", "workload": {"name": "mixed"},
+              "metrics": {"ttft_s": summary, "tpot_s": summary, "itl_s": summary, "e2e_s": None}}
+    path = tmp_path / "latency.png"
+    plot_latency_percentiles([report, dict(report, engine="other")], path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
