@@ -39,15 +39,11 @@ def parse_values(text: str) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     from pagedllm.bench import plots, report
+    from pagedllm.bench.throughput import write_outputs
 
     result = run_sweep(args)
     print(report.format_table(result))
-    if args.json:
-        report.write_json(result, args.json)
-        print(f"wrote {args.json}", file=sys.stderr)
-    if args.md:
-        report.write_markdown(result, args.md)
-        print(f"wrote {args.md}", file=sys.stderr)
+    write_outputs(result, args)
     if args.plot:
         plots.plot_sweep(result, args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
