@@ -28,8 +28,8 @@ def find_chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-@pytest.fixture(scope="module")
-def chromium() -> str:
+def ensure_chromium() -> str:
+    """The Chromium binary, installed on first use; skips (saying why) only where it cannot be installed."""
     if find_chromium() is None:
         try:
             subprocess.run(["bash", str(INSTALL)], capture_output=True, timeout=600)
@@ -40,6 +40,11 @@ def chromium() -> str:
         pytest.skip("headless Chromium is not installed and tests/server/install_chromium.sh could not "
                     "install it here (needs root or sudo and Debian's apt)")
     return path
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    return ensure_chromium()
 
 
 def chromium_args(chromium: str, profile: Path) -> list[str]:

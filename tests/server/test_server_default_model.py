@@ -29,3 +29,32 @@ def test_default_model_knows_the_capital_of_france(default_model_path) -> None:
         assert text == reply.choices[0].message.content
     finally:
         server.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_dashboard_shows_the_real_pool_while_requests_run(default_model_path, tmp_path) -> None:
+    """The live page in headless Chromium, with the real engine and model behind it."""
+    import re
+    import subprocess
+    import time
+
+    from pagedllm.engine.llm_engine import LLMEngine
+    from test_server_dashboard import chromium_args, ensure_chromium, keep_busy
+
+    chromium = ensure_chromium()
+    engine = LLMEngine(EngineConfig(model=str(default_model_path), num_blocks=128, max_model_len=1024))
+    server = start_server(engine, shutdown_timeout=0.2)
+    try:
+        keep_busy(server, 6)  # 150 tokens each, n = 1 or 2: many seconds of decoding on the real model
+        deadline = time.monotonic() + 60
+        while server.stats().blocks_used == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        args = chromium_args(chromium, tmp_path / "profile") + ["--dump-dom", server.base_url + "/dashboard"]
+        dom = subprocess.run(args, capture_output=True, text=True, timeout=120).stdout
+        assert dom.count('data-id="') == 128
+        assert 'data-state="used"' in dom
+        running = re.search(r'id="running">(\d+)<', dom)
+        assert running and int(running.group(1)) > 0
+    finally:
+        server.stop()
