@@ -191,6 +191,16 @@ class LLMEngine:
             )
         return max_total
 
+    def warm_up(self, num_tokens: int = 32) -> None:
+        """Run the model once on a dummy prompt so one-time costs (kernel setup, first page faults) are
+        paid before the first real request. Touches only the pool's first blocks, which are free at start."""
+        if self.kv.num_used_blocks or self.has_unfinished_requests():
+            raise RuntimeError("warm_up() is for a fresh engine")
+        num_tokens = min(num_tokens, self.kv.num_blocks * self.kv.block_size, self.max_model_len)
+        blocks = list(range(-(-num_tokens // self.kv.block_size)))
+        token_ids = [i % self.model_config.vocab_size for i in range(num_tokens)]
+        self.runner.execute([SeqInput(token_ids, 0, blocks, True)])
+
     # -- stats -----------------------------------------------------------------------------
 
     def stats(self) -> EngineStats:

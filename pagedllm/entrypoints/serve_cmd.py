@@ -24,10 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_engine(config: Any) -> Any:
-    """The engine to serve (tests replace this to serve a fake one)."""
+    """The engine to serve, warmed up (tests replace this to serve a fake one)."""
     from pagedllm.engine.llm_engine import LLMEngine
 
-    return LLMEngine(config)
+    engine = LLMEngine(config)
+    engine.warm_up()
+    return engine
 
 
 def run(args: argparse.Namespace) -> int:

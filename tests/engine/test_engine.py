@@ -239,3 +239,13 @@ def test_contiguous_reservation_admits_fewer_but_gives_the_same_tokens(tiny_llam
     again = make_engine(tiny_llama_dir, **small)
     assert tokens(run_all(fresh, prompts, params)) == tokens(run_all(again, prompts, params))
     assert not fresh.scheduler.reservations.allocator.reservations()
+
+
+def test_warm_up_leaves_the_engine_as_new(tiny_llama_dir):
+    engine = make_engine(tiny_llama_dir)
+    engine.warm_up()
+    assert engine.kv.num_used_blocks == 0 and engine.stats().prompt_tokens_total == 0
+    engine.kv.check_invariants()
+    (out,) = run_all(engine, [[5, 6, 7, 8, 9]], SamplingParams(max_tokens=4, **GREEDY))
+    assert out.outputs[0].token_ids == tokens(run_all(make_engine(tiny_llama_dir), [[5, 6, 7, 8, 9]],
+                                                     SamplingParams(max_tokens=4, **GREEDY)))[0]
