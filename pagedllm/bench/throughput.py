@@ -24,7 +24,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--compare-allocators", action="store_true", help="also run the contiguous allocator")
     add_output_arguments(parser)
     add_engine_arguments(parser)
-    _add_allocator_option(parser)
 
 
 def add_output_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,23 +34,9 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-def _add_allocator_option(parser: argparse.ArgumentParser) -> None:
-    if not any("--allocator" in a.option_strings for a in parser._actions):  # engine_args may grow it
-        parser.add_argument("--allocator", choices=["paged", "contiguous"], default="paged",
-                            help="KV admission: paged blocks, or a max-length contiguous reservation (baseline)")  # fmt: skip
-
-
 def engine_config(args: argparse.Namespace, **changes):
-    config = engine_config_from_args(args)
-    allocator = getattr(args, "allocator", "paged")
-    if allocator != getattr(config, "allocator", "paged"):
-        changes.setdefault("allocator", allocator)
-    try:
-        return dataclasses.replace(config, **changes)
-    except TypeError as exc:
-        from pagedllm.errors import InvalidInputError
-
-        raise InvalidInputError(f"this engine does not support {sorted(changes)}: {exc}") from None
+    """The command line's EngineConfig, with some fields replaced (the comparison and sweep runs)."""
+    return dataclasses.replace(engine_config_from_args(args), **changes)
 
 
 def run(args: argparse.Namespace) -> int:
