@@ -1,6 +1,7 @@
 """Command-line options shared by every command that builds an engine (generate, serve, bench)."""
 
 import argparse
+from dataclasses import fields
 
 from pagedllm.config import EngineConfig
 
@@ -33,20 +34,5 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
-    return EngineConfig(
-        model=args.model,
-        dtype=args.dtype,
-        block_size=args.block_size,
-        kv_cache_memory=args.kv_cache_memory,
-        num_blocks=args.num_blocks,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        max_model_len=args.max_model_len,
-        enable_prefix_caching=args.enable_prefix_caching,
-        preemption_mode=args.preemption_mode,
-        allocator=args.allocator,
-        attention_impl=args.attention_impl,
-        served_model_name=args.served_model_name,
-        max_n=args.max_n,
-        seed=args.seed,
-    )
+    """Every EngineConfig field comes from the option of the same name (e.g. --block-size -> block_size)."""
+    return EngineConfig(**{f.name: getattr(args, f.name) for f in fields(EngineConfig)})
