@@ -6,7 +6,7 @@ import torch
 
 from pagedllm.engine.beam import BeamSearch
 from pagedllm.engine.outputs import CompletionOutput
-from pagedllm.engine.request import Request, Sequence
+from pagedllm.engine.request import Request, Sequence, seq_id, split_seq_id
 
 if TYPE_CHECKING:
     from pagedllm.engine.postprocess import StepPostprocessor
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 def start_beam_search(post: "StepPostprocessor", request: Request) -> None:
     max_tokens = request.max_total_len - len(request.prompt_token_ids)
     request.beam = BeamSearch(
-        request.params, post.engine.eos_token_ids, max_tokens, root_id=0, new_id=lambda: _next_number(request)
+        request.params, post.engine.eos_token_ids, max_tokens, root_id=0, new_id=request.next_number
     )
 
 
@@ -40,7 +40,7 @@ def beam_step(post: "StepPostprocessor", request: Request, items: list[tuple[Seq
 
 
 def _fork(post: "StepPostprocessor", request: Request, parent: Sequence, number: int) -> Sequence:
-    child = Sequence(f"{request.request_id}#{number}", list(parent.token_ids), parent.num_prompt_tokens)
+    child = Sequence(seq_id(request.request_id, number), list(parent.token_ids), parent.num_prompt_tokens)
     child.num_computed = parent.num_computed
     post.engine.kv.fork(parent.seq_id, child.seq_id)
     request.seqs.append(child)
@@ -64,10 +64,4 @@ def _final_outputs(post: "StepPostprocessor", request: Request, search: BeamSear
 
 
 def _number(seq: Sequence) -> int:
-    return int(seq.seq_id.rsplit("#", 1)[1])
-
-
-def _next_number(request: Request) -> int:
-    number = request.next_seq_number
-    request.next_seq_number += 1
-    return number
+    return split_seq_id(seq.seq_id)[1]

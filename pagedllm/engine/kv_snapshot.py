@@ -2,6 +2,8 @@
 
 from typing import TYPE_CHECKING
 
+from pagedllm.engine.request import split_seq_id
+
 if TYPE_CHECKING:
     from pagedllm.engine.llm_engine import LLMEngine
 
@@ -14,7 +16,7 @@ def kv_snapshot(engine: "LLMEngine") -> dict:
             "state": info.state,
             "ref_cnt": info.ref_cnt,
             "filled": info.filled,
-            "owners": sorted({_request_of(seq_id) for seq_id in info.owners}),
+            "owners": sorted({split_seq_id(owner)[0] for owner in info.owners}),
         }
         for info in kv.snapshot()
     ]
@@ -36,7 +38,3 @@ def kv_snapshot(engine: "LLMEngine") -> dict:
         "waiting": stats.num_waiting,
         "prefix_cache": {"queries_tokens": stats.prefix_queries_tokens, "hits_tokens": stats.prefix_hits_tokens},
     }
-
-
-def _request_of(seq_id: str) -> str:
-    return seq_id.rsplit("#", 1)[0]

@@ -10,7 +10,7 @@ from pagedllm.config import EngineConfig
 from pagedllm.engine.model_runner import ModelRunner, SeqInput
 from pagedllm.engine.outputs import RequestOutput
 from pagedllm.engine.postprocess import StepPostprocessor
-from pagedllm.engine.request import Request, RequestStatus, Sequence
+from pagedllm.engine.request import Request, RequestStatus, Sequence, seq_id
 from pagedllm.engine.sampler import make_generator
 from pagedllm.engine.scheduler import Scheduler, SchedulerOutput
 from pagedllm.engine.stats import EngineStats
@@ -158,7 +158,8 @@ class LLMEngine:
             max_total_len=max_total,
             extra_keys=(self.model_name,) + (() if cache_salt is None else ("salt", cache_salt)),
         )
-        request.seqs.append(self.post.new_sequence(request, f"{request_id}#0", list(token_ids), index=0))
+        first = request.next_number()
+        request.seqs.append(self.post.new_sequence(request, seq_id(request_id, first), list(token_ids), index=0))
         if params.use_beam_search:
             self.post.start_beam_search(request)
         return request

@@ -10,6 +10,16 @@ from pagedllm.engine.outputs import CompletionOutput, RequestMetrics, RequestOut
 from pagedllm.sampling_params import SamplingParams
 
 
+def seq_id(request_id: str, number: int) -> str:
+    """Sequence ids are "<request id>#<number>": the KV manager keys blocks by them."""
+    return f"{request_id}#{number}"
+
+
+def split_seq_id(seq_id: str) -> tuple[str, int]:
+    request_id, number = seq_id.rsplit("#", 1)
+    return request_id, int(number)
+
+
 class RequestStatus(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
@@ -70,7 +80,7 @@ class Request:
     metrics: RequestMetrics = field(default_factory=lambda: RequestMetrics(arrival_time=time.time()))
     beam: object | None = None  # BeamSearch state when params.use_beam_search
     final_outputs: list[CompletionOutput] | None = None  # set when beam search ends
-    next_seq_number: int = 1
+    next_seq_number: int = 0
 
     @property
     def live_seqs(self) -> list[Sequence]:
@@ -85,10 +95,14 @@ class Request:
         """Still before its first sampled token: one sequence, the prompt only."""
         return len(self.seqs) == 1 and len(self.seqs[0].token_ids) == self.seqs[0].num_prompt_tokens
 
-    def new_seq_id(self) -> str:
-        seq_id = f"{self.request_id}#{self.next_seq_number}"
+    def next_number(self) -> int:
+        """A fresh sequence number within this request (0 is the first sequence)."""
+        number = self.next_seq_number
         self.next_seq_number += 1
-        return seq_id
+        return number
+
+    def new_seq_id(self) -> str:
+        return seq_id(self.request_id, self.next_number())
 
     def output(self) -> RequestOutput:
         if self.final_outputs is not None:
