@@ -102,7 +102,7 @@ def _mixed(rng: random.Random, count: int, spec: WorkloadSpec) -> list[BenchRequ
 
 def _sharegpt_like(rng: random.Random, count: int, spec: WorkloadSpec) -> list[BenchRequest]:
     """The memory simulator's chat-shaped lognormal lengths, clipped so prompt + output fits the model."""
-    from pagedllm.kv.trace import SyntheticConfig, synthetic_trace
+    from pagedllm.sim.trace import SyntheticConfig, synthetic_trace
 
     trace = synthetic_trace(SyntheticConfig(num_requests=count, seed=spec.seed, max_len=spec.max_model_len,
                                             shared_fraction=0.0))  # fmt: skip

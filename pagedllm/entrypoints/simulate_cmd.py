@@ -4,7 +4,7 @@ import argparse
 import json
 import sys
 
-DEFAULT_SYNTHETIC = 1000  # the same defaults as pagedllm.kv.trace.SyntheticConfig
+DEFAULT_SYNTHETIC = 1000  # the same defaults as pagedllm.sim.trace.SyntheticConfig
 DEFAULT_RATE = 0.5
 
 
@@ -41,7 +41,7 @@ def _int_list(text: str, flag: str) -> tuple[int, ...]:
 
 def _trace(args: argparse.Namespace):
     from pagedllm.errors import InvalidInputError
-    from pagedllm.kv.trace import SyntheticConfig, load_trace, synthetic_trace
+    from pagedllm.sim.trace import SyntheticConfig, load_trace, synthetic_trace
 
     if args.trace:
         return load_trace(args.trace)
@@ -52,7 +52,7 @@ def _trace(args: argparse.Namespace):
 
 
 def _config(args: argparse.Namespace):
-    from pagedllm.kv.simulate import SimConfig
+    from pagedllm.sim.config import SimConfig
 
     prefix = args.prefix_block_size if args.prefix_block_size != 0 else None
     return SimConfig(args.pool_slots, args.max_len, _int_list(args.block_sizes, "--block-sizes"), prefix)
@@ -90,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from pagedllm.errors import InvalidInputError
-    from pagedllm.kv.simulate import simulate
-    from pagedllm.kv.trace import save_trace
+    from pagedllm.sim.simulate import simulate
+    from pagedllm.sim.trace import save_trace
 
     trace = _trace(args)
     cfg = _config(args)
@@ -129,7 +129,7 @@ def _write_files(args: argparse.Namespace, result) -> None:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result.to_json(), f, indent=2)
     if args.plot or args.out:
-        from pagedllm.kv.draw import draw_memory_map, plot_results
+        from pagedllm.sim.draw import draw_memory_map, plot_results
 
         if args.plot:
             plot_results(result, args.plot)

@@ -1,4 +1,4 @@
-from pagedllm.kv.accounting import MemoryReport, contiguous_report, external_slots, paged_report, split_slack
+from pagedllm.sim.accounting import MemoryReport, contiguous_report, external_slots, paged_report, split_slack
 from pagedllm.kv.contiguous import ContiguousAllocator
 from pagedllm.kv.manager import KVCacheManager
 

@@ -1,8 +1,8 @@
 import pytest
 
 from pagedllm.errors import InvalidInputError
-from pagedllm.kv.simulate import SimConfig, simulate
-from pagedllm.kv.trace import SyntheticConfig, TraceRequest, synthetic_trace
+from pagedllm.sim.simulate import SimConfig, simulate
+from pagedllm.sim.trace import SyntheticConfig, TraceRequest, synthetic_trace
 
 
 def test_default_chat_trace_paged_wastes_little_and_holds_far_more_requests():

@@ -4,7 +4,7 @@ import statistics
 import pytest
 
 from pagedllm.errors import InvalidInputError
-from pagedllm.kv.trace import SyntheticConfig, TraceRequest, load_trace, save_trace, synthetic_trace
+from pagedllm.sim.trace import SyntheticConfig, TraceRequest, load_trace, save_trace, synthetic_trace
 
 
 def _write(tmp_path, lines: list[str]):

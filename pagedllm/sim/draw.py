@@ -5,48 +5,21 @@ of blocks for paged policies, one wrapped strip for contiguous ones), each reque
 colour, empty slots a request holds hatched (// it will still fill them, xx it never will), free
 space blank, and beside it each request's block table (or slot range).
 
-matplotlib and numpy are imported inside the drawing functions only: `pagedllm.kv` stays pure.
+matplotlib and numpy are imported inside the drawing functions only: the simulator runs without them.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from pagedllm.kv.accounting import MemoryReport, split_slack
-
-if TYPE_CHECKING:
-    from pagedllm.kv.simulate import SimResult
+from pagedllm.sim.accounting import split_slack
+from pagedllm.sim.memory_map import MapEntry, MemoryMap
+from pagedllm.sim.result import SimResult
 
 MAX_LISTED = 36  # block-table lines beside the map
 FREE_RGB = (1.0, 1.0, 1.0)
 CACHED_RGB = (0.86, 0.86, 0.86)
 SHARED_RGB = (0.25, 0.25, 0.32)
 EXTERNAL_RGB = (1.0, 0.80, 0.80)
-
-
-@dataclass(slots=True)
-class MapEntry:
-    """One live request: `used` tokens in `capacity` slots (its run, or its blocks)."""
-
-    label: str
-    used: int
-    final_len: int | None
-    capacity: int
-    start: int | None = None  # contiguous: first slot of its run
-    blocks: list[int] = field(default_factory=list)  # paged: its block table
-
-
-@dataclass(slots=True)
-class MemoryMap:
-    policy: str
-    step: int
-    pool_slots: int
-    block_size: int | None  # None: contiguous
-    entries: list[MapEntry]
-    report: MemoryReport | None = None
-    cached_blocks: list[int] = field(default_factory=list)  # free but holding a cached prefix
-    free_runs: list[tuple[int, int]] = field(default_factory=list)  # contiguous
-    next_need: int | None = None  # contiguous: the run the head of the queue needs
 
 
 @dataclass(slots=True)
@@ -237,7 +210,7 @@ def _smooth(values: list[float]) -> list[float]:
     return out
 
 
-def plot_results(result: "SimResult", path: str | Path) -> None:
+def plot_results(result: SimResult, path: str | Path) -> None:
     """Left: where the pool goes, mean over busy steps, per policy. Right: token occupancy over time."""
     import matplotlib
 
