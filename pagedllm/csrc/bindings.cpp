@@ -1,0 +1,162 @@
+// Python bindings: tensor checks here, raw-pointer kernels in the other files.
+#include <torch/extension.h>
+
+#include "cache_ops.h"
+#include "layer_ops.h"
+#include "paged_attention.h"
+#include "vec.h"
+
+namespace pagedllm {
+namespace {
+
+void check_cpu(const torch::Tensor& t, const char* name) {
+  TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor");
+}
+
+void check_index(const torch::Tensor& t, const char* name) {
+  check_cpu(t, name);
+  TORCH_CHECK(t.scalar_type() == torch::kInt64 && t.is_contiguous(), name, " must be a contiguous int64 tensor");
+}
+
+void check_float(const torch::Tensor& t, const char* name) {
+  check_cpu(t, name);
+  TORCH_CHECK(t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kBFloat16, name,
+              " must be float32 or bfloat16, got ", t.scalar_type());
+}
+
+// [rows, heads, head_dim] with each token's heads packed (rows may be further apart, e.g. a view of qkv)
+void check_heads(const torch::Tensor& t, const char* name) {
+  TORCH_CHECK(t.dim() == 3 && t.stride(2) == 1 && t.stride(1) == t.size(2), name,
+              " must be [tokens, heads, head_dim] with contiguous heads");
+}
+
+bool is_bf16(const torch::Tensor& t) { return t.scalar_type() == torch::kBFloat16; }
+
+void paged_attention_op(torch::Tensor out, const torch::Tensor& query, const torch::Tensor& kv_cache,
+                     const torch::Tensor& block_tables, const torch::Tensor& seq_lens,
+                     const torch::Tensor& query_start_loc, double scale, int64_t partition_size) {
+  check_float(kv_cache, "kv_cache");
+  check_heads(query, "query");
+  TORCH_CHECK(kv_cache.is_contiguous() && kv_cache.dim() == 5 && kv_cache.size(0) == 2,
+              "kv_cache must be a contiguous [2, kv_heads, blocks, block_size, head_dim] tensor");
+  TORCH_CHECK(query.scalar_type() == kv_cache.scalar_type() && out.scalar_type() == kv_cache.scalar_type(),
+              "query, out and kv_cache must share one dtype");
+  TORCH_CHECK(out.is_contiguous() && out.sizes() == query.sizes(), "out must be contiguous and shaped like query");
+  check_index(block_tables, "block_tables");
+  check_index(seq_lens, "seq_lens");
+  check_index(query_start_loc, "query_start_loc");
+  TORCH_CHECK(block_tables.dim() == 2 && block_tables.size(0) == seq_lens.size(0) &&
+                  query_start_loc.size(0) == seq_lens.size(0) + 1,
+              "block_tables, seq_lens and query_start_loc disagree on the number of sequences");
+  TORCH_CHECK(query.size(2) == kv_cache.size(4), "query and kv_cache head_dim differ");
+  TORCH_CHECK(query.size(1) % kv_cache.size(1) == 0, "query heads must be a multiple of KV heads");
+  PagedAttentionArgs args{query.data_ptr(), query.stride(0), kv_cache.data_ptr(), out.data_ptr(),
+                          block_tables.data_ptr<int64_t>(), block_tables.size(1), seq_lens.data_ptr<int64_t>(),
+                          query_start_loc.data_ptr<int64_t>(), seq_lens.size(0), query.size(1), kv_cache.size(1),
+                          kv_cache.size(2), kv_cache.size(3), kv_cache.size(4), static_cast<float>(scale),
+                          partition_size};
+  if (is_bf16(kv_cache))
+    paged_attention_bf16(args);
+  else
+    paged_attention_f32(args);
+}
+
+CacheShape cache_shape(const torch::Tensor& cache) {
+  TORCH_CHECK(cache.is_contiguous() && cache.dim() == 5 && cache.size(0) == 2,
+              "kv_cache must be a contiguous [2, kv_heads, blocks, block_size, head_dim] tensor");
+  return {cache.size(1), cache.size(2), cache.size(3), cache.size(4), static_cast<int64_t>(cache.element_size())};
+}
+
+void write_kv_op(const torch::Tensor& key, const torch::Tensor& value, torch::Tensor kv_cache,
+              const torch::Tensor& slot_mapping) {
+  check_cpu(kv_cache, "kv_cache");
+  check_heads(key, "key");
+  check_heads(value, "value");
+  check_index(slot_mapping, "slot_mapping");
+  const CacheShape shape = cache_shape(kv_cache);
+  TORCH_CHECK(key.scalar_type() == kv_cache.scalar_type() && value.scalar_type() == kv_cache.scalar_type(),
+              "key, value and kv_cache must share one dtype");
+  TORCH_CHECK(key.size(0) == slot_mapping.size(0) && value.size(0) == slot_mapping.size(0),
+              "one slot per token is needed");
+  TORCH_CHECK(key.size(1) == shape.num_kv_heads && key.size(2) == shape.head_dim && value.sizes() == key.sizes(),
+              "key/value shape does not match kv_cache");
+  if (slot_mapping.numel() > 0)
+    TORCH_CHECK(slot_mapping.max().item<int64_t>() < shape.num_blocks * shape.block_size, "slot out of range");
+  write_kv(key.data_ptr(), key.stride(0), value.data_ptr(), value.stride(0), kv_cache.data_ptr(), shape,
+           slot_mapping.data_ptr<int64_t>(), slot_mapping.size(0));
+}
+
+void copy_blocks_op(const std::vector<torch::Tensor>& caches, const torch::Tensor& src, const torch::Tensor& dst) {
+  check_index(src, "src");
+  check_index(dst, "dst");
+  TORCH_CHECK(src.sizes() == dst.sizes() && src.dim() == 1, "src and dst must be 1-D and of one length");
+  for (const torch::Tensor& cache : caches) {
+    check_cpu(cache, "kv_cache");
+    const CacheShape shape = cache_shape(cache);
+    if (src.numel() > 0)
+      TORCH_CHECK(std::max(src.max().item<int64_t>(), dst.max().item<int64_t>()) < shape.num_blocks &&
+                      std::min(src.min().item<int64_t>(), dst.min().item<int64_t>()) >= 0,
+                  "block id out of range");
+    copy_blocks(cache.data_ptr(), shape, src.data_ptr<int64_t>(), dst.data_ptr<int64_t>(), src.numel());
+  }
+}
+
+void add_rms_norm_op(torch::Tensor x, const c10::optional<torch::Tensor>& residual, const torch::Tensor& weight,
+                  double eps) {
+  check_float(x, "x");
+  TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1 && weight.is_contiguous() && weight.numel() == x.size(1) &&
+                  weight.scalar_type() == x.scalar_type(),
+              "x must be [rows, width] with contiguous rows and weight [width] of x's dtype");
+  if (residual) TORCH_CHECK(residual->sizes() == x.sizes() && residual->stride(1) == 1 &&
+                                residual->scalar_type() == x.scalar_type(),
+                            "residual must match x");
+  const int64_t res_stride = residual ? residual->stride(0) : 0;
+  if (is_bf16(x))
+    add_rms_norm<bf16_t>(static_cast<bf16_t*>(x.data_ptr()), x.stride(0),
+                         residual ? static_cast<bf16_t*>(residual->data_ptr()) : nullptr, res_stride,
+                         static_cast<const bf16_t*>(weight.data_ptr()), x.size(0), x.size(1), eps);
+  else
+    add_rms_norm<float>(x.data_ptr<float>(), x.stride(0), residual ? residual->data_ptr<float>() : nullptr,
+                        res_stride, weight.data_ptr<float>(), x.size(0), x.size(1), eps);
+}
+
+void rotary_op(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  check_float(x, "x");
+  check_heads(x, "x");
+  TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous() && cos.numel() == x.size(0) * x.size(2) &&
+                  sin.numel() == cos.numel() && cos.scalar_type() == x.scalar_type() &&
+                  sin.scalar_type() == x.scalar_type(),
+              "cos and sin must be contiguous [tokens, head_dim] of x's dtype");
+  TORCH_CHECK(x.size(2) % 2 == 0, "head_dim must be even");
+  if (is_bf16(x))
+    rotary<bf16_t>(static_cast<bf16_t*>(x.data_ptr()), x.stride(0), x.size(0), x.size(1), x.size(2),
+                   static_cast<const bf16_t*>(cos.data_ptr()), static_cast<const bf16_t*>(sin.data_ptr()));
+  else
+    rotary<float>(x.data_ptr<float>(), x.stride(0), x.size(0), x.size(1), x.size(2), cos.data_ptr<float>(),
+                  sin.data_ptr<float>());
+}
+
+torch::Tensor silu_mul_op(const torch::Tensor& x) {
+  check_float(x, "x");
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.size(1) % 2 == 0, "x must be contiguous [rows, 2 * width]");
+  torch::Tensor out = torch::empty({x.size(0), x.size(1) / 2}, x.options());
+  if (is_bf16(x))
+    silu_mul<bf16_t>(static_cast<const bf16_t*>(x.data_ptr()), static_cast<bf16_t*>(out.data_ptr()), x.size(0),
+                     out.size(1));
+  else
+    silu_mul<float>(x.data_ptr<float>(), out.data_ptr<float>(), x.size(0), out.size(1));
+  return out;
+}
+
+}  // namespace
+}  // namespace pagedllm
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "pagedllm's compiled CPU kernels";
+  m.def("paged_attention", &pagedllm::paged_attention_op, "attention of a mixed batch through block tables");
+  m.def("write_kv", &pagedllm::write_kv_op, "store new K/V rows at their slots (-1 = skip)");
+  m.def("copy_blocks", &pagedllm::copy_blocks_op, "copy blocks src[i] -> dst[i] in every cache");
+  m.def("add_rms_norm", &pagedllm::add_rms_norm_op, "residual += x; x = rms_norm(residual) * weight (in place)");
+  m.def("rotary", &pagedllm::rotary_op, "rotary embedding in place");
+  m.def("silu_mul", &pagedllm::silu_mul_op, "silu(gate) * up of [rows, 2 * width]");
+}

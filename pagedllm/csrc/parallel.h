@@ -1,0 +1,30 @@
+// Work sharing on torch's own intra-op thread pool (so torch.set_num_threads governs the kernels too).
+#pragma once
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+namespace pagedllm {
+
+// f(i) for every i in [0, n): each thread takes the next index as soon as it is free, so items of very
+// different cost (long and short contexts) stay balanced across threads.
+template <typename F>
+void parallel_dynamic(int64_t n, const F& f) {
+  if (n <= 0) return;
+  std::atomic<int64_t> next{0};
+  const int64_t workers = std::min<int64_t>(n, at::get_num_threads());
+  at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
+    for (int64_t i = next++; i < n; i = next++) f(i);
+  });
+}
+
+// f(begin, end) over contiguous chunks of [0, n), for cheap uniform items such as tokens.
+template <typename F>
+void parallel_chunks(int64_t n, int64_t grain, const F& f) {
+  at::parallel_for(0, n, grain, f);
+}
+
+}  // namespace pagedllm

@@ -1,0 +1,99 @@
+"""Build the compiled CPU kernels (pagedllm/csrc) once per machine, then load them.
+
+The build targets the CPU it runs on (-march=native: AVX2, AVX-512, AVX512-BF16, whatever it reports), so
+the cache key covers the CPU's flags as well as the sources, torch and the compiler: a build from another
+CPU kind is never loaded. Where no compiler is found, or the build fails, `load_cpu_kernels()` logs one
+line and returns None, and the engine keeps its torch path.
+"""
+
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from types import ModuleType
+
+from pagedllm.cache_dir import cache_dir
+
+log = logging.getLogger(__name__)
+
+CSRC = Path(__file__).resolve().parent.parent / "csrc"
+SOURCES = ("bindings.cpp", "paged_attention.cpp", "cache_ops.cpp", "layer_ops.cpp")
+CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-DNDEBUG")
+DISABLE_ENV = "PAGEDLLM_DISABLE_KERNELS"
+
+
+def cpu_flags() -> list[str]:
+    """The flags line of /proc/cpuinfo (empty where there is none)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return line.split(":", 1)[1].split()
+    except OSError:
+        pass
+    return []
+
+
+def compiler() -> str | None:
+    """The C++ compiler torch's extension builder will call ($CXX, else c++), if it exists."""
+    name = os.environ.get("CXX", "c++")
+    return shutil.which(name)
+
+
+def build_key(cxx: str) -> str:
+    import torch
+
+    digest = hashlib.sha256()
+    for path in sorted(CSRC.iterdir()):
+        if path.suffix in (".cpp", ".h"):
+            digest.update(path.name.encode() + path.read_bytes())
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
+    for part in (torch.__version__, version, " ".join(CFLAGS), " ".join(sorted(cpu_flags()))):
+        digest.update(part.encode())
+    return digest.hexdigest()[:16]
+
+
+def build_cpu_kernels() -> ModuleType | None:
+    """Build (or reuse the cached build) and import the kernels; None with one logged line if impossible."""
+    if os.environ.get(DISABLE_ENV):
+        log.info("compiled CPU kernels disabled by %s; using the torch path", DISABLE_ENV)
+        return None
+    cxx = compiler()
+    if cxx is None:
+        log.warning("no C++ compiler found (%s); using the torch path", os.environ.get("CXX", "c++"))
+        return None
+    try:
+        return _load(build_key(cxx))
+    except Exception as exc:  # a failed build must never stop the engine
+        log.warning("building the compiled CPU kernels failed (%s); using the torch path", _first_error(exc))
+        return None
+
+
+def _first_error(exc: Exception) -> str:
+    """The compiler's first error line, else the exception's first line."""
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    return next((line.strip() for line in lines if "error:" in line), lines[0])
+
+
+def _load(key: str) -> ModuleType:
+    from torch.utils import cpp_extension
+
+    build_dir = cache_dir() / "kernels" / key
+    build_dir.mkdir(parents=True, exist_ok=True)
+    log.debug("loading compiled CPU kernels from %s", build_dir)
+    return cpp_extension.load(
+        name=f"pagedllm_cpu_{key}",
+        sources=[str(CSRC / name) for name in SOURCES],
+        extra_cflags=list(CFLAGS),
+        extra_ldflags=["-fopenmp"],
+        build_directory=str(build_dir),
+        verbose=False,
+    )
+
+
+@functools.cache
+def load_cpu_kernels() -> ModuleType | None:
+    """The kernels module, built at most once per process (and once per machine, thanks to the cache)."""
+    return build_cpu_kernels()
