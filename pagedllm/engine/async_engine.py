@@ -30,6 +30,7 @@ class EngineProtocol(Protocol):
     """What AsyncEngine needs from LLMEngine (a test fake can follow it too)."""
 
     config: Any
+    model_config: Any  # .vocab_size
     tokenizer: Any
     max_model_len: int
     model_name: str
@@ -92,6 +93,7 @@ class AsyncEngine:
         self.config = engine.config
         self.model_name: str = engine.model_name
         self.max_model_len: int = engine.max_model_len
+        self.vocab_size: int = engine.model_config.vocab_size
         # A private copy for the event loop (decoding logprob tokens, echo): HF fast
         # tokenizers are not safe to share between threads.
         self.tokenizer = copy.deepcopy(engine.tokenizer)

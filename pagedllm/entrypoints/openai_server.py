@@ -9,6 +9,7 @@ import uvicorn
 
 from pagedllm.engine.async_engine import AsyncEngine, EngineProtocol
 from pagedllm.entrypoints.server.app import create_app
+from pagedllm.entrypoints.server.body_limit import DEFAULT_MAX_REQUEST_BYTES
 from pagedllm.metrics import ServerMetrics
 
 logger = logging.getLogger("pagedllm.server")
@@ -36,11 +37,12 @@ class _Server(uvicorn.Server):
 
 def build_server(engine: EngineProtocol, host: str = "127.0.0.1", port: int = 8000,
                  max_waiting_requests: int | None = None, shutdown_timeout: float = 5.0,
-                 log_level: str = "info") -> uvicorn.Server:
+                 log_level: str = "info", api_key: str | None = None,
+                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> uvicorn.Server:
     """A uvicorn server for `engine`; in-flight requests get `shutdown_timeout` s to finish on exit."""
     metrics = ServerMetrics(engine.model_name)
     async_engine = AsyncEngine(engine, observer=metrics, max_waiting_requests=max_waiting_requests)
-    app = create_app(async_engine, metrics)
+    app = create_app(async_engine, metrics, api_key=api_key, max_request_bytes=max_request_bytes)
     # uvicorn's own timeout is the fallback, should a handler not end after the abort.
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
                             timeout_graceful_shutdown=5.0, access_log=False)

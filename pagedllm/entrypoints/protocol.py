@@ -1,12 +1,13 @@
 """Request bodies of the OpenAI-compatible API (pydantic), and their mapping to SamplingParams.
 
-Strict types: a string where a number belongs is a 400, not a silent coercion. Unknown fields
-are ignored, as OpenAI clients send many that do not change what this engine computes.
+Strict types: a string where a number belongs is a 400, not a silent coercion, and numbers must
+be finite. Unknown fields are ignored, as OpenAI clients send many that do not change what this
+engine computes; known ones this engine cannot honour are refused.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -14,10 +15,16 @@ from pagedllm.errors import InvalidInputError
 from pagedllm.sampling_params import SamplingParams
 
 Prompt = str | list[int] | list[str] | list[list[int]]
+Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
+# Temperature and repetition penalty divide float32 logits: past these bounds the quotient
+# overflows or underflows float32 and sampling turns to NaN.
+Temperature = Annotated[float, Field(ge=0.0, le=1e6)]
+RepetitionPenalty = Annotated[float, Field(ge=1e-6, le=1e6)]
+MIN_TEMPERATURE = 1e-6
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
+    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
 
 
 class StreamOptions(_Body):
@@ -29,23 +36,23 @@ class _SamplingFields(_Body):
 
     model: str | None = None
     n: int = 1
-    temperature: float | None = None
+    temperature: Temperature | None = None
     top_p: float | None = None
     top_k: int | None = None
     min_p: float | None = None
-    seed: int | None = None
+    seed: Int64 | None = None
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
-    repetition_penalty: float | None = None
+    repetition_penalty: RepetitionPenalty | None = None
     min_tokens: int = 0
     ignore_eos: bool = False
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     stream: bool = False
     stream_options: StreamOptions | None = None
-    cache_salt: str | None = None
+    cache_salt: str | None = Field(default=None, min_length=1)
     user: str | None = None
     logit_bias: dict[str, float] | None = None
 
@@ -57,6 +64,9 @@ class _SamplingFields(_Body):
         # Refused rather than ignored: silently dropping them would change what the caller gets.
         if self.logit_bias:
             raise InvalidInputError("logit_bias is not supported")
+        if self.temperature is not None and 0.0 < self.temperature < MIN_TEMPERATURE:
+            raise InvalidInputError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}, "
+                                    f"got {self.temperature!r}")
 
     def _sampling_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
@@ -77,6 +87,7 @@ class CompletionRequest(_SamplingFields):
     logprobs: int | None = None
     echo: bool = False
     suffix: str | None = None
+    best_of: int | None = None
 
     def prompts(self) -> list[str | list[int]]:
         """The prompt field as a list of prompts (text or token ids)."""
@@ -93,6 +104,8 @@ class CompletionRequest(_SamplingFields):
         self._check_unsupported()
         if self.suffix:
             raise InvalidInputError("suffix is not supported")
+        if self.best_of is not None and self.best_of != self.n:
+            raise InvalidInputError("best_of is not supported (only best_of equal to n, which changes nothing)")
         if self.echo and self.logprobs is not None:
             raise InvalidInputError("echo with logprobs is not supported (no prompt logprobs)")
         return SamplingParams(max_tokens=self.max_tokens, logprobs=self.logprobs, **self._sampling_kwargs())
@@ -129,12 +142,13 @@ class ChatCompletionRequest(_SamplingFields):
     logprobs: bool = False
     top_logprobs: int | None = None
     tools: list[dict[str, Any]] | None = None
+    functions: list[dict[str, Any]] | None = None
     response_format: dict[str, Any] | None = None
 
     def to_sampling_params(self) -> SamplingParams:
         self._check_unsupported()
-        if self.tools:
-            raise InvalidInputError("tools (function calling) are not supported")
+        if self.tools or self.functions:
+            raise InvalidInputError(f"{'tools' if self.tools else 'functions'} (function calling) are not supported")
         if self.response_format is not None and self.response_format.get("type", "text") != "text":
             raise InvalidInputError("response_format other than {'type': 'text'} is not supported")
         if self.top_logprobs is not None and not self.logprobs:

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
+import os
 import signal
 from typing import Any
 
 from pagedllm.entrypoints.engine_args import add_engine_arguments, engine_config_from_args
+from pagedllm.entrypoints.server.body_limit import DEFAULT_MAX_REQUEST_BYTES
+
+API_KEY_ENV = "PAGEDLLM_API_KEY"
 
 logger = logging.getLogger("pagedllm.server")
 
@@ -20,6 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shutdown-timeout", type=float, default=5.0,
                         help="seconds in-flight requests get to finish on SIGINT/SIGTERM")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--api-key", default=os.environ.get(API_KEY_ENV) or None,
+                        help=f"key every route but /health requires (default ${API_KEY_ENV})")
+    parser.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES,
+                        help=f"answer 413 to a larger request body (default {DEFAULT_MAX_REQUEST_BYTES})")
     add_engine_arguments(parser)
 
 
@@ -38,12 +47,20 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_waiting_requests is not None and args.max_waiting_requests < 1:
         raise InvalidInputError("--max-waiting-requests must be >= 1")
+    if args.max_request_bytes < 1:
+        raise InvalidInputError("--max-request-bytes must be >= 1")
+    if args.api_key is not None and not args.api_key.strip():
+        raise InvalidInputError("--api-key must not be empty or blank")
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(message)s")
     engine = load_engine(engine_config_from_args(args))
     sock = bind(args.host, args.port)
     server = build_server(engine, args.host, args.port, args.max_waiting_requests,
-                          args.shutdown_timeout, args.log_level)
+                          args.shutdown_timeout, args.log_level, api_key=args.api_key,
+                          max_request_bytes=args.max_request_bytes)
     _log_startup(engine, args.host, sock.getsockname()[1])
+    if args.api_key is None and not is_loopback(args.host):
+        logger.warning("no --api-key: anyone who can reach %s:%d can use this server, its metrics and its "
+                       "dashboard; set --api-key or $%s", args.host, sock.getsockname()[1], API_KEY_ENV)
     with _quiet_exit_signals():
         server.run(sockets=[sock])
     logger.info("server stopped")
@@ -56,6 +73,16 @@ def _log_startup(engine: Any, host: str, port: int) -> None:
                 stats.num_blocks, stats.block_size, stats.num_blocks * stats.block_size,
                 engine.max_model_len, "on" if engine.config.enable_prefix_caching else "off")
     logger.info("serving %s on http://%s:%d (dashboard: /dashboard)", engine.model_name, host, port)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` binds only this machine's loopback interface."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to any interface
+        return False
 
 
 class _quiet_exit_signals:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 from pagedllm.config import EngineConfig
 from pagedllm.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput, TokenLogprob
@@ -30,6 +31,11 @@ class FakeTokenizer:
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
+                            tokenize: bool = True) -> list[int]:
+        text = "".join(f"<{m['role']}>{m['content']}\n" for m in messages)
+        return self.encode(text + ("<assistant>" if add_generation_prompt else ""))
 
 
 @dataclass
@@ -83,6 +89,7 @@ class FakeEngine:
     def __init__(self, config: EngineConfig, step_delay: float = 0.002) -> None:
         self.config = config
         self.tokenizer = FakeTokenizer()
+        self.model_config = SimpleNamespace(vocab_size=EOS + 1)
         self.max_model_len = config.max_model_len or 256
         self.model_name = config.served_model_name or "fake-model"
         self.step_delay = step_delay
@@ -168,8 +175,7 @@ class FakeEngine:
                 "prefix_cache": {"queries_tokens": stats.prefix_queries_tokens, "hits_tokens": 0}}
 
     def apply_chat_template(self, messages: list[dict]) -> list[int]:
-        text = "".join(f"<{m['role']}>{m['content']}\n" for m in messages) + "<assistant>"
-        return self.tokenizer.encode(text)
+        return self.tokenizer.apply_chat_template(messages)
 
     # ---- internals ---------------------------------------------------------------------
 

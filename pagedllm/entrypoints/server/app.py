@@ -10,13 +10,21 @@ from fastapi import FastAPI
 
 from pagedllm.engine.async_engine import AsyncEngine
 from pagedllm.entrypoints.server import chat, completions, info
+from pagedllm.entrypoints.server.auth import APIKeyAuth
+from pagedllm.entrypoints.server.body_limit import DEFAULT_MAX_REQUEST_BYTES, BodyLimit
 from pagedllm.entrypoints.server.errors import install_error_handlers
 from pagedllm.entrypoints.server.logprobs import TokenText
+from pagedllm.entrypoints.server.prompts import PromptProcessor
 from pagedllm.metrics import ServerMetrics
 
 
-def create_app(engine: AsyncEngine, metrics: ServerMetrics, shutdown_timeout: float = 10.0) -> FastAPI:
-    """An app serving `engine`; the engine thread starts and stops with the app's lifespan."""
+def create_app(engine: AsyncEngine, metrics: ServerMetrics, shutdown_timeout: float = 10.0,
+               api_key: str | None = None, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> FastAPI:
+    """An app serving `engine`; the engine thread starts and stops with the app's lifespan.
+
+    With `api_key`, every route but /health needs it; bodies past `max_request_bytes` get a 413.
+    """
+    prompts = PromptProcessor(engine.tokenizer, engine.vocab_size)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -25,12 +33,17 @@ def create_app(engine: AsyncEngine, metrics: ServerMetrics, shutdown_timeout: fl
             yield
         finally:
             await engine.stop(timeout=shutdown_timeout)
+            prompts.close()
 
     app = FastAPI(title="pagedllm", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.engine = engine
     app.state.metrics = metrics
     app.state.token_text = TokenText(engine.tokenizer)
     app.state.started = int(time.time())
+    app.state.prompts = prompts
+    app.add_middleware(BodyLimit, max_bytes=max_request_bytes)
+    if api_key is not None:
+        app.add_middleware(APIKeyAuth, api_key=api_key)  # added last: runs first
     install_error_handlers(app)
     for module in (completions, chat, info):
         app.include_router(module.router)

@@ -11,23 +11,26 @@ from fastapi.responses import StreamingResponse
 from pagedllm.engine.async_engine import AsyncEngine, RequestAborted
 from pagedllm.engine.outputs import RequestOutput
 from pagedllm.entrypoints.protocol import ChatCompletionRequest
-from pagedllm.entrypoints.server import sse
+from pagedllm.entrypoints.server import limits, sse
 from pagedllm.entrypoints.server.deltas import ChoiceDelta, DeltaTracker
-from pagedllm.entrypoints.server.errors import APIError, from_abort, sse_error
+from pagedllm.entrypoints.server.errors import from_abort, sse_error
 from pagedllm.entrypoints.server.logprobs import TokenText, chat_logprobs
+from pagedllm.entrypoints.server.prompts import PromptProcessor
+from pagedllm.entrypoints.server.request_body import parse_body
 from pagedllm.entrypoints.server.submission import Submission, check_model, submit, until_disconnected
-from pagedllm.errors import UserFacingError
+from pagedllm.sampling_params import SamplingParams
 
 router = APIRouter()
 
 
 @router.post("/v1/chat/completions")
-async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Any:
+async def create_chat_completion(request: Request) -> Any:
     engine: AsyncEngine = request.app.state.engine
+    body = await parse_body(request, ChatCompletionRequest)
     check_model(engine, body.model)
     body.check_stream_options()
     params = body.to_sampling_params()
-    prompt = await _template(engine, body)
+    prompt = await _prompt_ids(request.app.state.prompts, engine.max_model_len, body, params)
     submission = await submit(engine, "chatcmpl", [prompt], params, body.cache_salt)
     view = _View(body, submission, params.n, request.app.state.token_text)
     if body.stream:
@@ -36,14 +39,16 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     return view.response(finals[0])
 
 
-async def _template(engine: AsyncEngine, body: ChatCompletionRequest) -> list[int]:
+async def _prompt_ids(processor: PromptProcessor, max_model_len: int, body: ChatCompletionRequest,
+                      params: SamplingParams) -> list[int]:
+    """The templated, tokenized messages (off the engine thread), checked against the context length."""
+    limits.check_sampling(params, processor.vocab_size)
     messages = body.template_messages()
-    try:
-        return await engine.call(lambda e: e.apply_chat_template(messages))
-    except UserFacingError:
-        raise
-    except Exception as exc:  # a template that rejects these messages (e.g. role order)
-        raise APIError(400, f"could not apply the chat template: {exc}", param="messages") from exc
+    ids = await processor.chat_prompt(messages)
+    limits.check_prompt_length(len(ids), "messages", max_model_len)
+    param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
+    limits.check_completion_budget(len(ids), params.max_tokens, param, max_model_len)
+    return ids
 
 
 class _View:

@@ -11,27 +11,45 @@ from fastapi.responses import StreamingResponse
 from pagedllm.engine.async_engine import AsyncEngine, RequestAborted
 from pagedllm.engine.outputs import RequestOutput
 from pagedllm.entrypoints.protocol import CompletionRequest
-from pagedllm.entrypoints.server import sse
+from pagedllm.entrypoints.server import limits, sse
 from pagedllm.entrypoints.server.deltas import ChoiceDelta, DeltaTracker
 from pagedllm.entrypoints.server.errors import from_abort, sse_error
 from pagedllm.entrypoints.server.logprobs import TokenText, completion_logprobs
+from pagedllm.entrypoints.server.prompts import PromptProcessor
+from pagedllm.entrypoints.server.request_body import parse_body
 from pagedllm.entrypoints.server.submission import Submission, check_model, submit, until_disconnected
+from pagedllm.sampling_params import SamplingParams
 
 router = APIRouter()
 
 
 @router.post("/v1/completions")
-async def create_completion(body: CompletionRequest, request: Request) -> Any:
+async def create_completion(request: Request) -> Any:
     engine: AsyncEngine = request.app.state.engine
+    body = await parse_body(request, CompletionRequest)
     check_model(engine, body.model)
     body.check_stream_options()
     params = body.to_sampling_params()
-    submission = await submit(engine, "cmpl", body.prompts(), params, body.cache_salt)
+    prompts = await _prompt_ids(request.app.state.prompts, engine.max_model_len, body, params)
+    submission = await submit(engine, "cmpl", prompts, params, body.cache_salt)
     view = _View(body, submission, params.n, request.app.state.token_text)
     if body.stream:
         return StreamingResponse(view.stream(), media_type="text/event-stream", headers=sse.HEADERS)
     finals = await until_disconnected(request, submission.collect(), submission)
     return view.response(finals)
+
+
+async def _prompt_ids(processor: PromptProcessor, max_model_len: int, body: CompletionRequest,
+                      params: SamplingParams) -> list[list[int]]:
+    """Every prompt tokenized off the engine thread, each checked against the context length."""
+    limits.check_sampling(params, processor.vocab_size)
+    prompts = await processor.completion_prompts(body.prompts())
+    # max_tokens left out defaults to 16, which the engine shortens to what the context leaves.
+    asked = body.max_tokens if "max_tokens" in body.model_fields_set else None
+    for ids in prompts:
+        limits.check_prompt_length(len(ids), "prompt", max_model_len)
+        limits.check_completion_budget(len(ids), asked, "max_tokens", max_model_len)
+    return prompts
 
 
 class _View:
@@ -40,14 +58,16 @@ class _View:
     def __init__(self, body: CompletionRequest, submission: Submission, n: int, text_of: TokenText) -> None:
         self.body, self.submission, self.n, self.text_of = body, submission, n, text_of
         self.engine = submission.engine
+        self.prompts = body.prompts()
 
     def _envelope(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
         return {"id": self.submission.id, "object": "text_completion", "created": self.submission.created,
                 "model": self.engine.model_name, "system_fingerprint": None, "choices": choices}
 
-    def _prompt_text(self, output: RequestOutput) -> str:
-        if isinstance(output.prompt, str):
-            return output.prompt
+    def _prompt_text(self, prompt_index: int, output: RequestOutput) -> str:
+        prompt = self.prompts[prompt_index]
+        if isinstance(prompt, str):
+            return prompt
         return self.engine.tokenizer.decode(output.prompt_token_ids)
 
     def _logprobs(self, entries: list | None, offset: int) -> dict[str, Any] | None:
@@ -58,7 +78,7 @@ class _View:
     def response(self, finals: list[RequestOutput]) -> dict[str, Any]:
         choices, completion_tokens = [], 0
         for prompt_index, output in enumerate(finals):
-            prefix = self._prompt_text(output) if self.body.echo else ""
+            prefix = self._prompt_text(prompt_index, output) if self.body.echo else ""
             for c in output.outputs:
                 completion_tokens += len(c.token_ids)
                 choices.append({"index": prompt_index * self.n + c.index, "text": prefix + c.text,
@@ -80,7 +100,7 @@ class _View:
         return chunk
 
     def _echo_chunks(self, prompt_index: int, output: RequestOutput) -> list[str]:
-        text = self._prompt_text(output)
+        text = self._prompt_text(prompt_index, output)
         return [sse.event(self._with_usage_field(self._envelope([
             {"index": prompt_index * self.n + i, "text": text, "logprobs": None, "finish_reason": None}])))
             for i in range(self.n)]

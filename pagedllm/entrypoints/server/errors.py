@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -68,8 +69,20 @@ def from_abort(exc: RequestAborted) -> APIError:
     return APIError(503, str(exc), type_="service_unavailable", code="request_aborted")
 
 
-def _validation_error(exc: RequestValidationError) -> APIError:
-    first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request", "type": ""}
+def unauthorized() -> APIError:
+    return APIError(401, "This server needs an API key: send it as 'Authorization: Bearer <key>'.",
+                    type_="authentication_error", code="invalid_api_key",
+                    headers={"WWW-Authenticate": "Bearer"})
+
+
+def body_too_large(limit: int) -> APIError:
+    return APIError(413, f"The request body is larger than this server's limit of {limit} bytes "
+                         "(--max-request-bytes).", code="request_too_large")
+
+
+def validation_error(errors: Sequence[Any]) -> APIError:
+    """The first of pydantic's (or FastAPI's) validation errors as a 400 naming its field."""
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
     loc = [str(part) for part in first.get("loc", ()) if part != "body"]
     if first.get("type") == "json_invalid":
         return APIError(400, f"malformed JSON body: {first.get('msg')}")
@@ -82,7 +95,7 @@ def _validation_error(exc: RequestValidationError) -> APIError:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(_validation_error(exc))
+        return error_response(validation_error(exc.errors()))
 
     @app.exception_handler(APIError)
     async def on_api_error(request: Request, exc: APIError) -> JSONResponse:

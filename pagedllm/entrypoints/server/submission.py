@@ -32,8 +32,7 @@ class Submission:
     def prompt_index(self, output: RequestOutput) -> int:
         return int(output.request_id.rsplit("-", 1)[1])
 
-    async def add(self, prompts: list[str | list[int]], params: SamplingParams,
-                  cache_salt: str | None) -> None:
+    async def add(self, prompts: list[list[int]], params: SamplingParams, cache_salt: str | None) -> None:
         try:
             for index, prompt in enumerate(prompts):
                 request_id = f"{self.id}-{index}"
@@ -68,8 +67,9 @@ def check_model(engine: AsyncEngine, name: str | None) -> None:
         raise model_not_found(name)
 
 
-async def submit(engine: AsyncEngine, prefix: str, prompts: list[str | list[int]],
+async def submit(engine: AsyncEngine, prefix: str, prompts: list[list[int]],
                  params: SamplingParams, cache_salt: str | None) -> Submission:
+    """Hand tokenized, checked prompts to the engine as one submission (503 when overloaded)."""
     if engine.is_overloaded():
         raise overloaded()
     submission = Submission(engine, prefix)
