@@ -1,26 +1,22 @@
 """A JSON-able picture of the KV pool: every physical block, who owns it, how full it is, and the waste."""
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
-from pagedllm.engine.request import split_seq_id
-
-if TYPE_CHECKING:
-    from pagedllm.engine.llm_engine import LLMEngine
+from pagedllm.engine.stats import EngineStats
+from pagedllm.kv.manager import KVCacheManager
 
 
-def kv_snapshot(engine: "LLMEngine") -> dict:
-    kv = engine.kv
+def kv_snapshot(kv: KVCacheManager, stats: EngineStats, request_id_of: Callable[[int], str]) -> dict:
     blocks = [
         {
             "id": int(info.block_id),
             "state": info.state,
             "ref_cnt": info.ref_cnt,
             "filled": info.filled,
-            "owners": sorted({split_seq_id(owner)[0] for owner in info.owners}),
+            "owners": sorted({request_id_of(owner) for owner in info.owners}),
         }
         for info in kv.snapshot()
     ]
-    stats = engine.stats()
     used_slots = stats.blocks_used * stats.block_size
     return {
         "block_size": kv.block_size,

@@ -1,20 +1,25 @@
-"""LLMEngine: one step = schedule, run the model once over the mixed batch, sample, emit outputs."""
+"""LLMEngine: one step = schedule -> run the model -> sample -> detokenize -> update.
+
+The scheduler owns every sequence's life; the runner and the output stages read the step and return
+results, holding no pointer back to the engine.
+"""
 
 import itertools
 import logging
-import time
 
 import torch
 
 from pagedllm.config import EngineConfig
+from pagedllm.engine.kv_snapshot import kv_snapshot
 from pagedllm.engine.model_runner import ModelRunner, SeqInput
+from pagedllm.engine.output_stage import OutputStage
 from pagedllm.engine.outputs import RequestOutput
-from pagedllm.engine.postprocess import StepPostprocessor
-from pagedllm.engine.request import Request, RequestStatus, Sequence, seq_id
-from pagedllm.engine.sampler import make_generator
-from pagedllm.engine.scheduler import Scheduler, SchedulerOutput
+from pagedllm.engine.request import Request
+from pagedllm.engine.scheduler import Scheduler
 from pagedllm.engine.stats import EngineStats
+from pagedllm.engine.step import SchedulerOutput
 from pagedllm.engine.swap import SwapSpace
+from pagedllm.engine.text_stage import detokenize
 from pagedllm.errors import InvalidInputError
 from pagedllm.kv.manager import KVCacheManager
 from pagedllm.sampling_params import SamplingParams
@@ -43,13 +48,12 @@ class LLMEngine:
         self.runner = ModelRunner(
             self.model, self.model_config, num_blocks, config.block_size, self.dtype, config.attention_impl
         )
-        self.scheduler = Scheduler(config, self.kv, self.max_model_len)
-        self.swap_space = SwapSpace()
-        self.requests: dict[str, Request] = {}
+        self.swap_space = SwapSpace(self.runner.kv_caches)
+        self.scheduler = Scheduler(config, self.kv, self.max_model_len, self.swap_space)
         self.eos_token_ids = _eos_ids(self.model_config, self.tokenizer)
-        self.post = StepPostprocessor(self)
+        self.output_stage = OutputStage(self.tokenizer, self.eos_token_ids, config.seed)
+        self.requests: dict[str, Request] = {}
         self._ids = itertools.count()
-        self._rng = torch.Generator().manual_seed(config.seed)
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self._log_capacity()
@@ -73,21 +77,15 @@ class LLMEngine:
         request = self._new_request(request_id, prompt_text, token_ids, params, cache_salt)
         if arrival_time is not None:
             request.metrics.arrival_time = arrival_time
+        self.scheduler.add(request, self.output_stage.start(request))
         self.requests[request_id] = request
-        self.scheduler.add(request)
         return request_id
 
     def abort_request(self, request_id: str) -> None:
         """Stop a request now and free its blocks; unknown or finished ids are ignored."""
         request = self.requests.pop(request_id, None)
-        if request is None:
-            return
-        self.scheduler.remove(request)
-        self._drop_swapped(request)
-        for seq in request.live_seqs:
-            seq.finish_reason = "abort"
-        request.status = RequestStatus.FINISHED
-        request.metrics.finished_time = time.time()
+        if request is not None:
+            self.scheduler.abort(request)
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_work()
@@ -95,40 +93,26 @@ class LLMEngine:
     # -- the step ------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
-        """One iteration; returns a cumulative snapshot of every request that progressed."""
-        out = self.scheduler.schedule()
-        self._move_swapped(out)
-        self.runner.copy_blocks(out.copies)
-        if not out.scheduled:
+        """One iteration; per request that progressed, its output so far and what this step added."""
+        step = self.scheduler.schedule()
+        if not step.scheduled:
             return []
-        logits = self.runner.execute([self._seq_input(s.seq, s.num_new_tokens, s.needs_logits) for s in out.scheduled])
-        for s in out.scheduled:
-            s.seq.num_computed += s.num_new_tokens
-        self._count_tokens(out)
-        touched = self.post.process(out, logits)
+        logits = self._execute(step)
+        outcome = self.output_stage.process(step, logits)
+        detokenize(outcome, self.tokenizer)
+        self.prompt_tokens_total += sum(s.num_prompt_tokens for s in step.scheduled)
+        self.generation_tokens_total += outcome.num_generated
+        touched = self.scheduler.update(step, outcome)
         for request in touched:
             if request.finished:
                 self.requests.pop(request.request_id, None)
         return [r.output() for r in touched]
 
-    def _seq_input(self, seq: Sequence, num_new: int, needs_logits: bool) -> SeqInput:
-        start = seq.num_computed
-        return SeqInput(seq.token_ids[start : start + num_new], start, self.kv.block_table(seq.seq_id), needs_logits)
-
-    def _move_swapped(self, out: SchedulerOutput) -> None:
-        for seq, blocks in out.swap_out:
-            self.swap_space.save(seq.seq_id, self.runner.kv_caches, blocks, seq.num_computed)
-        for seq, blocks in out.swap_in:
-            self.swap_space.restore(seq.seq_id, self.runner.kv_caches, blocks)
-
-    def _drop_swapped(self, request: Request) -> None:
-        for seq in request.seqs:
-            self.swap_space.drop(seq.seq_id)
-
-    def _count_tokens(self, out: SchedulerOutput) -> None:
-        for s in out.scheduled:
-            prompt_part = max(0, min(s.seq.num_computed, s.seq.num_prompt_tokens) - (s.seq.num_computed - s.num_new_tokens))
-            self.prompt_tokens_total += prompt_part
+    def _execute(self, step: SchedulerOutput) -> torch.Tensor:
+        """Copy-on-write copies first, then the model over the step's tokens: logits of the sampled positions."""
+        self.runner.copy_blocks(step.copies)
+        inputs = [SeqInput(s.new_token_ids, s.num_cached, s.block_table, s.needs_logits) for s in step.scheduled]
+        return self.runner.execute(inputs)
 
     # -- building requests ---------------------------------------------------------------
 
@@ -149,48 +133,15 @@ class LLMEngine:
     def _new_request(
         self, request_id: str, prompt: str | None, token_ids: list[int], params: SamplingParams, cache_salt: str | None
     ) -> Request:
-        max_total = self._check_fits(len(token_ids), params)
-        request = Request(
+        width = params.beam_width if params.use_beam_search else params.n
+        return Request(
             request_id=request_id,
             prompt=prompt,
             prompt_token_ids=token_ids,
             params=params,
-            max_total_len=max_total,
+            max_total_len=self.scheduler.check_request(len(token_ids), width, params.max_tokens),
             extra_keys=(self.model_name,) + (() if cache_salt is None else ("salt", cache_salt)),
         )
-        first = request.next_number()
-        request.seqs.append(self.post.new_sequence(request, seq_id(request_id, first), list(token_ids), index=0))
-        if params.use_beam_search:
-            self.post.start_beam_search(request)
-        return request
-
-    def generator_for(self, params: SamplingParams, index: int) -> torch.Generator:
-        """Completion `index`'s own random stream: from the request's seed, else from the engine's seed."""
-        if params.seed is not None:
-            return make_generator(params.seed, index)
-        seed = int(torch.randint(0, 2**62, (1,), generator=self._rng))
-        return torch.Generator().manual_seed(seed)
-
-    def _check_fits(self, prompt_len: int, params: SamplingParams) -> int:
-        """The request's longest possible length; errors for a request that can never be served."""
-        width = params.beam_width if params.use_beam_search else params.n
-        if width > self.config.max_n:
-            raise InvalidInputError(f"n / beam width {width} is above this engine's limit of {self.config.max_n}")
-        if prompt_len >= self.max_model_len:
-            raise InvalidInputError(
-                f"prompt has {prompt_len} tokens; this model's maximum context length is {self.max_model_len} "
-                f"(prompt + at least one output token must fit)"
-            )
-        max_total = min(prompt_len + (params.max_tokens or self.max_model_len), self.max_model_len)
-        blocks = -(-max_total // self.kv.block_size) * width
-        if self.config.allocator == "contiguous":
-            blocks = -(-self.max_model_len // self.kv.block_size) * width  # a max-length run per sequence
-        if blocks > self.kv.num_blocks:
-            raise InvalidInputError(
-                f"request needs up to {blocks} KV blocks ({width} x {max_total} tokens) but the pool has only "
-                f"{self.kv.num_blocks}; lower max_tokens or n, or give the engine more KV memory"
-            )
-        return max_total
 
     def warm_up(self, num_tokens: int = 32) -> None:
         """Run the model once on a dummy prompt so one-time costs (kernel setup, first page faults) are
@@ -220,15 +171,16 @@ class LLMEngine:
             prefix_hits_tokens=kv.prefix_hits_tokens,
             num_preemptions=self.scheduler.num_preemptions,
             num_running=len(self.scheduler.running),
+            running_seqs_peak=self.scheduler.concurrency.peak,
+            running_seqs_mean=self.scheduler.concurrency.mean,
             num_waiting=len(self.scheduler.waiting),
             prompt_tokens_total=self.prompt_tokens_total,
             generation_tokens_total=self.generation_tokens_total,
         )
 
     def kv_snapshot(self) -> dict:
-        from pagedllm.engine.kv_snapshot import kv_snapshot
-
-        return kv_snapshot(self)
+        """Every block with the ids of the requests that hold it, and the pool's waste."""
+        return kv_snapshot(self.kv, self.stats(), lambda seq_id: self.scheduler.request_of(seq_id).request_id)
 
     def apply_chat_template(self, messages: list[dict]) -> list[int]:
         try:

@@ -1,4 +1,4 @@
-"""What the engine hands back: per request, its n completions so far and its metrics."""
+"""What the engine hands back: per request, its n completions so far (and what each step added) and its metrics."""
 
 from dataclasses import dataclass, field
 
@@ -19,6 +19,10 @@ class CompletionOutput:
     finish_reason: str | None  # None while running; "stop", "length" or "abort" when done
     cumulative_logprob: float = 0.0
     stop_reason: int | str | None = None  # the stop string or stop token id that ended it
+    # What this output adds to the previous output of the same completion (streaming reads these):
+    new_text: str = ""
+    new_token_ids: list[int] = field(default_factory=list)
+    new_logprobs: list[TokenLogprob] | None = None
 
 
 @dataclass(slots=True)

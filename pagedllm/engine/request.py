@@ -1,23 +1,12 @@
-"""A request and its sequences: the engine's per-request state."""
+"""A request and its sequences: the scheduler's per-request state."""
 
 import enum
 import time
 from dataclasses import dataclass, field
 
-import torch
-
-from pagedllm.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput, TokenLogprob
+from pagedllm.engine.completion import Completion, completion_output
+from pagedllm.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from pagedllm.sampling_params import SamplingParams
-
-
-def seq_id(request_id: str, number: int) -> str:
-    """Sequence ids are "<request id>#<number>": the KV manager keys blocks by them."""
-    return f"{request_id}#{number}"
-
-
-def split_seq_id(seq_id: str) -> tuple[str, int]:
-    request_id, number = seq_id.rsplit("#", 1)
-    return request_id, int(number)
 
 
 class RequestStatus(enum.Enum):
@@ -28,20 +17,19 @@ class RequestStatus(enum.Enum):
 
 @dataclass(slots=True, eq=False)
 class Sequence:
-    """One completion (or one beam): prompt + output token ids and how many of them are in the KV cache."""
+    """One completion (or one beam): prompt + output token ids and how many of them are in the KV cache.
 
-    seq_id: str
+    Only the scheduler writes these fields. The output side (text, logprobs, sampling randomness) is
+    in `completion`, written by the output stages; beams have none (their text comes at the end)."""
+
+    seq_id: int  # one engine-wide counter; the KV manager keys block tables by it
     token_ids: list[int]
     num_prompt_tokens: int
-    index: int = 0
+    index: int = 0  # completion index (0..n-1), or the beam id under beam search
     num_computed: int = 0  # tokens whose K/V are in the cache
-    logprobs: list[TokenLogprob] | None = None
-    cumulative_logprob: float = 0.0
     finish_reason: str | None = None
     stop_reason: int | str | None = None
-    text: str = ""
-    detokenizer: object | None = None  # IncrementalDetokenizer
-    generator: torch.Generator | None = None  # this completion's sampling randomness
+    completion: Completion | None = None
 
     @property
     def output_ids(self) -> list[int]:
@@ -55,17 +43,6 @@ class Sequence:
     def finished(self) -> bool:
         return self.finish_reason is not None
 
-    def completion(self) -> CompletionOutput:
-        return CompletionOutput(
-            index=self.index,
-            text=self.text,
-            token_ids=list(self.output_ids),
-            logprobs=None if self.logprobs is None else list(self.logprobs),
-            finish_reason=self.finish_reason,
-            cumulative_logprob=self.cumulative_logprob,
-            stop_reason=self.stop_reason,
-        )
-
 
 @dataclass(slots=True, eq=False)
 class Request:
@@ -78,9 +55,9 @@ class Request:
     seqs: list[Sequence] = field(default_factory=list)
     status: RequestStatus = RequestStatus.WAITING
     metrics: RequestMetrics = field(default_factory=lambda: RequestMetrics(arrival_time=time.time()))
+    arrival_index: int = 0  # order of arrival; breaks ties between equal arrival times
     beam: object | None = None  # BeamSearch state when params.use_beam_search
     final_outputs: list[CompletionOutput] | None = None  # set when beam search ends
-    next_seq_number: int = 0
 
     @property
     def live_seqs(self) -> list[Sequence]:
@@ -91,24 +68,21 @@ class Request:
         return self.status is RequestStatus.FINISHED
 
     @property
+    def width(self) -> int:
+        """Sequences the request grows to: n, or the beam width."""
+        return self.params.beam_width if self.params.use_beam_search else self.params.n
+
+    @property
     def is_fresh(self) -> bool:
         """Still before its first sampled token: one sequence, the prompt only."""
         return len(self.seqs) == 1 and len(self.seqs[0].token_ids) == self.seqs[0].num_prompt_tokens
 
-    def next_number(self) -> int:
-        """A fresh sequence number within this request (0 is the first sequence)."""
-        number = self.next_seq_number
-        self.next_seq_number += 1
-        return number
-
-    def new_seq_id(self) -> str:
-        return seq_id(self.request_id, self.next_number())
-
     def output(self) -> RequestOutput:
-        if self.final_outputs is not None:
-            outputs = self.final_outputs
+        """Everything so far, plus what is new since the previous call (the `new_*` fields)."""
+        if self.params.use_beam_search:
+            outputs = self.final_outputs or []
         else:
-            outputs = [s.completion() for s in sorted(self.seqs, key=lambda s: s.index)]
+            outputs = [completion_output(s.completion, s) for s in sorted(self.seqs, key=lambda s: s.index)]
         return RequestOutput(
             request_id=self.request_id,
             prompt=self.prompt,

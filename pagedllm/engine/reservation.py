@@ -6,36 +6,34 @@ pool. Blocks still come from the paged pool (so the model code is the same); onl
 therefore concurrency, follows the contiguous rule. This shows on a real model what paging buys.
 """
 
+import itertools
+
 from pagedllm.engine.request import Request
 from pagedllm.kv.contiguous import ContiguousAllocator
+from pagedllm.kv.ids import SeqId
 
 
 class ContiguousReservations:
     def __init__(self, num_slots: int, max_len: int) -> None:
         self.allocator = ContiguousAllocator(num_slots, max_len, policy="max_len")
+        self._runs: dict[str, list[SeqId]] = {}  # request id -> its runs (one per sequence it can grow to)
+        self._keys = itertools.count()
 
     def reserve(self, request: Request) -> bool:
         """Reserve one max-length run per sequence the request can grow to; all or nothing."""
-        if self.allocator.has_seq(_key(request, 0)):
+        if request.request_id in self._runs:
             return True  # reserved at first admission; kept through preemption
         prompt_len = len(request.prompt_token_ids)
         max_tokens = request.max_total_len - prompt_len
-        for i in range(_width(request)):
-            if self.allocator.allocate(_key(request, i), prompt_len, max_tokens) is None:
+        runs = self._runs[request.request_id] = []
+        for _ in range(request.width):
+            key = SeqId(next(self._keys))
+            if self.allocator.allocate(key, prompt_len, max_tokens) is None:
                 self.release(request)
                 return False
+            runs.append(key)
         return True
 
     def release(self, request: Request) -> None:
-        for i in range(_width(request)):
-            if self.allocator.has_seq(_key(request, i)):
-                self.allocator.free(_key(request, i))
-
-
-def _width(request: Request) -> int:
-    params = request.params
-    return params.beam_width if params.use_beam_search else params.n
-
-
-def _key(request: Request, index: int) -> str:
-    return f"{request.request_id}/{index}"
+        for key in self._runs.pop(request.request_id, []):
+            self.allocator.free(key)

@@ -1,102 +1,121 @@
-"""Iteration-level scheduling: every step re-forms the batch under one token budget.
+"""The scheduler owns every sequence's life: add, admit, grow, fork, preempt, swap, finish, free.
 
-Running requests go first (oldest first), each sequence asking for its pending tokens (one for a
-decode, a chunk for a prefill); then waiting requests join in arrival order while their tokens fit.
-When the pool runs out, the latest-arrived running request is preempted: its blocks are freed (or
-swapped out) and it waits at the front of the queue with its output so far.
+Each step re-forms the batch under one token budget. Running requests go first (oldest first), each
+sequence asking for its pending tokens (one for a decode, a chunk for a prefill); then waiting
+requests join in arrival order while their tokens fit. When the pool runs out, the latest-arrived
+running request is preempted: its blocks are freed (or swapped out) and it waits at the front of the
+queue with its output so far. After the model ran, `update` applies what the output stage found.
+It is the only writer of a sequence's `num_computed`, tokens and blocks.
 """
 
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pagedllm.config import EngineConfig
+from pagedllm.engine.completion import Completion
+from pagedllm.engine.concurrency import Concurrency
+from pagedllm.engine.outcome import BeamChoice, StepOutcome
 from pagedllm.engine.request import Request, RequestStatus, Sequence
 from pagedllm.engine.reservation import ContiguousReservations
+from pagedllm.engine.seq_registry import SeqRegistry
+from pagedllm.engine.step import ScheduledSeq, SchedulerOutput
+from pagedllm.engine.swap import SwapStore
+from pagedllm.errors import InvalidInputError
 from pagedllm.kv.manager import KVCacheManager, PrefixHit
 
 
-@dataclass(slots=True)
-class ScheduledSeq:
-    seq: Sequence
-    request: Request
-    num_new_tokens: int
-    needs_logits: bool = False  # this step computes the sequence's last known token: sample after it
-
-    def __post_init__(self) -> None:
-        self.needs_logits = self.seq.num_computed + self.num_new_tokens == len(self.seq.token_ids)
-
-
-@dataclass(slots=True)
-class SchedulerOutput:
-    scheduled: list[ScheduledSeq] = field(default_factory=list)
-    cow: list[tuple[Request, int, int]] = field(default_factory=list)  # copy-on-write (owner, src, dst)
-    preempted: list[Request] = field(default_factory=list)
-    # (sequence, its block table): save K/V before the blocks are reused / restore into new blocks
-    swap_out: list[tuple[Sequence, list[int]]] = field(default_factory=list)
-    swap_in: list[tuple[Sequence, list[int]]] = field(default_factory=list)
-
-    @property
-    def copies(self) -> list[tuple[int, int]]:
-        return [(src, dst) for _, src, dst in self.cow]
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(s.num_new_tokens for s in self.scheduled)
-
-
 class Scheduler:
-    def __init__(self, config: EngineConfig, kv: KVCacheManager, max_model_len: int) -> None:
+    def __init__(self, config: EngineConfig, kv: KVCacheManager, max_model_len: int, swap: SwapStore) -> None:
         self.config = config
         self.kv = kv
+        self.max_model_len = max_model_len
+        self.swap = swap  # K/V of swapped-out sequences (preemption_mode="swap")
+        self.seqs = SeqRegistry()
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.num_preemptions = 0
-        self.swapped: set[str] = set()  # seq ids whose K/V live in swap space
+        self.concurrency = Concurrency()
         self.reservations = _reservations(config, kv, max_model_len)
+        self._arrivals = 0
 
-    def add(self, request: Request) -> None:
+    # -- requests come and go ------------------------------------------------------------------
+
+    def check_request(self, prompt_len: int, width: int, max_tokens: int | None) -> int:
+        """The request's longest possible length; InvalidInputError for one that can never be served."""
+        if width > self.config.max_n:
+            raise InvalidInputError(f"n / beam width {width} is above this engine's limit of {self.config.max_n}")
+        if width > self.config.max_num_seqs:
+            raise InvalidInputError(f"n / beam width {width} is above max_num_seqs ({self.config.max_num_seqs})")
+        if prompt_len >= self.max_model_len:
+            raise InvalidInputError(
+                f"prompt has {prompt_len} tokens; this model's maximum context length is {self.max_model_len} "
+                f"(prompt + at least one output token must fit)"
+            )
+        max_total = min(prompt_len + (max_tokens or self.max_model_len), self.max_model_len)
+        per_seq = self.max_model_len if self.reservations is not None else max_total  # contiguous: a max-length run
+        blocks = -(-per_seq // self.kv.block_size) * width
+        if blocks > self.kv.num_blocks:
+            raise InvalidInputError(
+                f"request needs up to {blocks} KV blocks ({width} x {per_seq} tokens) but the pool has only "
+                f"{self.kv.num_blocks}; lower max_tokens or n, or give the engine more KV memory"
+            )
+        return max_total
+
+    def add(self, request: Request, completion: Completion | None) -> None:
+        """Queue a new request with its first sequence (the prompt); `completion` is that sequence's output side."""
+        request.arrival_index = self._arrivals
+        self._arrivals += 1
+        request.seqs.append(self.seqs.new(request, list(request.prompt_token_ids), 0, completion))
         self.waiting.append(request)
 
-    def remove(self, request: Request) -> None:
-        """Take a request out of the queues and free every block it holds."""
-        if request in self.running:
-            self.running.remove(request)
-        if request in self.waiting:
-            self.waiting.remove(request)
-        for seq in request.seqs:
-            self.free_seq(seq)
-        if self.reservations is not None:
-            self.reservations.release(request)
-
-    def free_seq(self, seq: Sequence) -> None:
-        if self.kv.has_seq(seq.seq_id):
-            self.kv.free(seq.seq_id)
-        self.swapped.discard(seq.seq_id)
+    def abort(self, request: Request) -> None:
+        for seq in request.live_seqs:
+            seq.finish_reason = "abort"
+        self._finish_request(request)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def request_of(self, seq_id: int) -> Request:
+        return self.seqs.request_of(seq_id)
+
+    # -- one step ----------------------------------------------------------------------------------
+
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
-        budget = self.config.max_num_batched_tokens
-        budget = self._schedule_running(out, budget)
-        if not out.preempted:
+        budget = self._schedule_running(out, self.config.max_num_batched_tokens)
+        if not out.preempted:  # the pool just ran dry: admitting now would only preempt again
             self._schedule_waiting(out, budget)
+        for s in out.scheduled:
+            s.block_table = self.kv.block_table(s.seq.seq_id)
+        if out.scheduled:
+            self.concurrency.record(sum(len(r.live_seqs) for r in self.running))
         return out
 
-    # -- running ---------------------------------------------------------------------------
+    def update(self, step: SchedulerOutput, outcome: StepOutcome) -> list[Request]:
+        """Apply a step's results; returns the requests it touched, in schedule order."""
+        for s in step.scheduled:
+            s.seq.num_computed += s.num_new_tokens
+        self._apply_tokens(outcome)
+        for choice in outcome.beams:
+            self._apply_beams(choice)
+        now = time.time()
+        for request in outcome.sampled:
+            _record_token_time(request, now)
+            if not request.live_seqs:
+                self._finish_request(request)
+        return list(dict.fromkeys(s.request for s in step.scheduled))
+
+    # -- running -------------------------------------------------------------------------------------
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
         for request in list(self.running):
             if request not in self.running:
                 continue  # preempted while making room for an earlier request
             wanted = self._wanted_tokens(request, budget, first=not out.scheduled)
-            if not wanted:
-                continue
-            if not self._allocate_running(request, wanted, out):
-                continue
-            budget -= sum(wanted.values())
+            if wanted and self._allocate_running(request, wanted, out):
+                budget -= sum(wanted.values())
         return budget
 
     def _wanted_tokens(self, request: Request, budget: int, first: bool) -> dict[Sequence, int]:
@@ -122,7 +141,7 @@ class Scheduler:
                 if allocation is not None:
                     out.cow.extend((request, src, dst) for src, dst in allocation.copies)
                     break
-                victim = max(self.running, key=lambda r: r.metrics.arrival_time)
+                victim = max(self.running, key=lambda r: (r.metrics.arrival_time, r.arrival_index))
                 self._preempt(victim, out)
                 if victim is request:
                     return False
@@ -133,28 +152,29 @@ class Scheduler:
         self.running.remove(request)
         out.scheduled[:] = [s for s in out.scheduled if s.request is not request]
         out.cow[:] = [c for c in out.cow if c[0] is not request]  # its blocks are gone; nothing to copy
-        swap = self.config.preemption_mode == "swap"
         for seq in request.seqs:
-            if not self.kv.has_seq(seq.seq_id):
-                continue
-            if swap and seq.num_computed > 0:
-                out.swap_out.append((seq, self.kv.block_table(seq.seq_id)))
-                self.swapped.add(seq.seq_id)
-            else:
-                seq.num_computed = 0
-            self.kv.free(seq.seq_id)
+            if self.kv.has_seq(seq.seq_id):
+                self._evict(seq)
         request.status = RequestStatus.WAITING
         request.metrics.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(request)
         out.preempted.append(request)
 
-    # -- waiting ---------------------------------------------------------------------------
+    def _evict(self, seq: Sequence) -> None:
+        """Give a preempted sequence's blocks back: its K/V saved aside (swap) or recomputed later."""
+        if self.config.preemption_mode == "swap" and seq.num_computed > 0:
+            self.swap.save(seq.seq_id, self.kv.block_table(seq.seq_id), seq.num_computed)
+        else:
+            seq.num_computed = 0
+        self.kv.free(seq.seq_id)
+
+    # -- waiting -------------------------------------------------------------------------------------
 
     def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
         while self.waiting and budget > 0:
             request = self.waiting[0]
-            if self._num_running_seqs() + len(request.live_seqs) > self.config.max_num_seqs:
+            if self._num_running_seqs() + _seq_demand(request) > self.config.max_num_seqs:
                 break
             if self.reservations is not None and not self.reservations.reserve(request):
                 break
@@ -169,7 +189,7 @@ class Scheduler:
             budget -= taken
 
     def _num_running_seqs(self) -> int:
-        return sum(len(r.live_seqs) for r in self.running)
+        return sum(_seq_demand(r) for r in self.running)
 
     def _admit(self, request: Request, budget: int, out: SchedulerOutput) -> int | None:
         """Give every live sequence its cached prefix (or swapped-out K/V) and a first chunk; None if it does not fit."""
@@ -191,7 +211,7 @@ class Scheduler:
     def _plan_admission(self, request: Request, budget: int) -> list["Admission"]:
         plans = []
         for seq in request.live_seqs:
-            if seq.seq_id in self.swapped:  # allocate room for its saved K/V; they are copied back before the step
+            if seq.seq_id in self.swap:  # allocate room for its saved K/V, copied back at once
                 plans.append(Admission(seq, seq.num_computed, None, swapped=True))
                 continue
             prefix = self.kv.lookup_prefix(seq.token_ids, request.extra_keys)
@@ -203,13 +223,65 @@ class Scheduler:
     def _start_seq(self, request: Request, plan: "Admission", out: SchedulerOutput) -> None:
         seq = plan.seq
         if plan.swapped:
-            out.swap_in.append((seq, self.kv.block_table(seq.seq_id)))
-            self.swapped.discard(seq.seq_id)
+            self.swap.restore(seq.seq_id, self.kv.block_table(seq.seq_id))
             return  # its pending tokens are scheduled from the next step on
         seq.num_computed = plan.prefix.num_tokens
         if seq.num_prompt_tokens == len(seq.token_ids):
             request.metrics.num_cached_prompt_tokens = plan.prefix.num_tokens
         out.scheduled.append(ScheduledSeq(seq, request, plan.num_new))
+
+    # -- applying a step's outcome -----------------------------------------------------------------
+
+    def _apply_tokens(self, outcome: StepOutcome) -> None:
+        # Forks first: a new sequence copies its parent's tokens before the parent appends its own.
+        targets = [self._fork(t.request, t.seq, t.completion.index, t.completion) if t.fork else t.seq
+                   for t in outcome.tokens]
+        for token, seq in zip(outcome.tokens, targets):
+            seq.token_ids.append(token.token_id)
+            if token.finish_reason is not None:
+                self._finish_seq(seq, token.finish_reason, token.stop_reason)
+
+    def _apply_beams(self, choice: BeamChoice) -> None:
+        request, step = choice.request, choice.step
+        seq_of = {seq.index: seq for seq in request.seqs}
+        for parent_id, child_id in step.forks:  # before the parents append: children copy the current tokens
+            seq_of[child_id] = self._fork(request, seq_of[parent_id], child_id, None)
+        for beam_id in step.freed:
+            self._free_seq(seq_of[beam_id])
+            request.seqs.remove(seq_of[beam_id])
+        for beam in step.live:
+            seq = seq_of[beam.beam_id]
+            seq.token_ids[seq.num_prompt_tokens :] = beam.token_ids
+
+    def _fork(self, request: Request, parent: Sequence, index: int, completion: Completion | None) -> Sequence:
+        child = self.seqs.new(request, list(parent.token_ids), index, completion)
+        child.num_computed = parent.num_computed
+        self.kv.fork(parent.seq_id, child.seq_id)
+        request.seqs.append(child)
+        return child
+
+    def _finish_seq(self, seq: Sequence, reason: str, stop_reason: int | str | None) -> None:
+        seq.finish_reason, seq.stop_reason = reason, stop_reason
+        self._free_seq(seq)
+
+    def _free_seq(self, seq: Sequence) -> None:
+        """The sequence's life ends: its blocks, swapped K/V and id go."""
+        if self.kv.has_seq(seq.seq_id):
+            self.kv.free(seq.seq_id)
+        self.swap.drop(seq.seq_id)
+        self.seqs.release(seq.seq_id)
+
+    def _finish_request(self, request: Request) -> None:
+        if request in self.running:
+            self.running.remove(request)
+        if request in self.waiting:
+            self.waiting.remove(request)
+        for seq in request.seqs:
+            self._free_seq(seq)
+        if self.reservations is not None:
+            self.reservations.release(request)
+        request.status = RequestStatus.FINISHED
+        request.metrics.finished_time = time.time()
 
 
 @dataclass(slots=True)
@@ -220,6 +292,17 @@ class Admission:
     num_new: int  # slots to allocate beyond the hit (for a swapped sequence: its saved tokens)
     prefix: PrefixHit | None
     swapped: bool = False
+
+
+def _seq_demand(request: Request) -> int:
+    """Sequences a request occupies: a fresh n > 1 or beam request will fork to its full width."""
+    return request.width if request.is_fresh else len(request.live_seqs)
+
+
+def _record_token_time(request: Request, now: float) -> None:
+    if request.metrics.first_token_time is None:
+        request.metrics.first_token_time = now
+    request.metrics.token_times.append(now)
 
 
 def _reservations(config: EngineConfig, kv: KVCacheManager, max_model_len: int) -> ContiguousReservations | None:

@@ -20,3 +20,5 @@ class EngineStats:
     num_waiting: int  # requests
     prompt_tokens_total: int  # prompt tokens computed (prefix hits excluded)
     generation_tokens_total: int
+    running_seqs_peak: int = 0  # most sequences running in one step so far
+    running_seqs_mean: float = 0.0  # sequences running per step, mean over the steps that ran any

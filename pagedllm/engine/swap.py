@@ -1,23 +1,41 @@
-"""Swap space for preemption_mode="swap": a preempted sequence's K/V saved outside the pool, restored later."""
+"""Swap space for preemption_mode="swap": a preempted sequence's K/V saved outside the pool, restored later.
+
+The scheduler decides when (it owns every sequence's life); this only moves the tensors."""
+
+from typing import Protocol
 
 import torch
 
 from pagedllm.attention.kv_cache import read_tokens, write_tokens
 
 
+class SwapStore(Protocol):
+    """What the scheduler needs from a swap space (tests pass a fake)."""
+
+    def __contains__(self, seq_id: object) -> bool: ...
+    def __len__(self) -> int: ...
+    def save(self, seq_id: int, blocks: list[int], num_tokens: int) -> None: ...
+    def restore(self, seq_id: int, blocks: list[int]) -> None: ...
+    def drop(self, seq_id: int) -> None: ...
+
+
 class SwapSpace:
-    def __init__(self) -> None:
-        self._saved: dict[str, list[torch.Tensor]] = {}  # seq id -> per layer [2, tokens, kv_heads, head_dim]
+    def __init__(self, kv_caches: list[torch.Tensor]) -> None:
+        self.kv_caches = kv_caches
+        self._saved: dict[int, list[torch.Tensor]] = {}  # seq id -> per layer [2, tokens, kv_heads, head_dim]
+
+    def __contains__(self, seq_id: object) -> bool:
+        return seq_id in self._saved
 
     def __len__(self) -> int:
         return len(self._saved)
 
-    def save(self, seq_id: str, kv_caches: list[torch.Tensor], blocks: list[int], num_tokens: int) -> None:
-        self._saved[seq_id] = [read_tokens(cache, blocks, num_tokens) for cache in kv_caches]
+    def save(self, seq_id: int, blocks: list[int], num_tokens: int) -> None:
+        self._saved[seq_id] = [read_tokens(cache, blocks, num_tokens) for cache in self.kv_caches]
 
-    def restore(self, seq_id: str, kv_caches: list[torch.Tensor], blocks: list[int]) -> None:
-        for cache, rows in zip(kv_caches, self._saved.pop(seq_id)):
+    def restore(self, seq_id: int, blocks: list[int]) -> None:
+        for cache, rows in zip(self.kv_caches, self._saved.pop(seq_id)):
             write_tokens(cache, blocks, rows)
 
-    def drop(self, seq_id: str) -> None:
+    def drop(self, seq_id: int) -> None:
         self._saved.pop(seq_id, None)

@@ -3,5 +3,5 @@
 from typing import NewType
 
 BlockId = NewType("BlockId", int)
-SeqId = NewType("SeqId", str)
+SeqId = NewType("SeqId", int)  # the engine hands them out from one counter
 BlockHash = NewType("BlockHash", bytes)

@@ -1,0 +1,100 @@
+"""The output stage: from one step's logits to what happened (sampled tokens, forks, stops, beam choices).
+
+Pure with respect to the engine: it reads the step and the sequences and returns a StepOutcome; the
+scheduler applies it. It owns what sampling needs: the stop ids, the engine's random stream for
+unseeded requests, and a new Completion for each sequence that a fork will create.
+"""
+
+import torch
+
+from pagedllm.engine.beam import BeamSearch
+from pagedllm.engine.completion import Completion
+from pagedllm.engine.detokenizer import IncrementalDetokenizer, Tokenizer
+from pagedllm.engine.outcome import BeamChoice, SampledToken, StepOutcome
+from pagedllm.engine.request import Request, Sequence
+from pagedllm.engine.sampler import SampleResult, SamplingRow, make_generator, sample
+from pagedllm.engine.step import SchedulerOutput
+
+
+class OutputStage:
+    def __init__(self, tokenizer: Tokenizer, eos_token_ids: set[int], seed: int) -> None:
+        self.tokenizer = tokenizer
+        self.eos_token_ids = eos_token_ids
+        self._rng = torch.Generator().manual_seed(seed)
+
+    def start(self, request: Request) -> Completion | None:
+        """Output state of a new request's first sequence (beam search: the search itself, no completion)."""
+        if request.params.use_beam_search:
+            max_tokens = request.max_total_len - len(request.prompt_token_ids)
+            request.beam = BeamSearch(request.params, self.eos_token_ids, max_tokens, root_id=0)
+            return None
+        return self.new_completion(request, 0)
+
+    def new_completion(self, request: Request, index: int) -> Completion:
+        params = request.params
+        stop_ids = frozenset(params.stop_ids(self.eos_token_ids))
+        detokenizer = IncrementalDetokenizer(self.tokenizer, params, request.prompt_token_ids, stop_ids)
+        logprobs = [] if params.logprobs is not None else None
+        return Completion(index, detokenizer, self._generator(request, index), logprobs)
+
+    def _generator(self, request: Request, index: int) -> torch.Generator:
+        """Completion `index`'s own random stream: from the request's seed, else from the engine's seed."""
+        if request.params.seed is not None:
+            return make_generator(request.params.seed, index)
+        seed = int(torch.randint(0, 2**62, (1,), generator=self._rng))
+        return torch.Generator().manual_seed(seed)
+
+    def process(self, step: SchedulerOutput, logits: torch.Tensor) -> StepOutcome:
+        """logits: one row per sequence of step.logits_seqs(), in that order."""
+        outcome = StepOutcome()
+        targets: list[tuple[Request, Sequence, Completion, int, bool]] = []
+        for request, items in _rows_by_request(step).items():
+            outcome.sampled.append(request)
+            if request.params.use_beam_search:
+                outcome.beams.append(BeamChoice(request, _beam_step(request, items, logits)))
+            else:
+                targets.extend(self._targets(request, items))
+        if targets:
+            rows = [SamplingRow(r.params, c.generator, r.prompt_token_ids, s.output_ids) for r, s, c, _, _ in targets]
+            picked = logits[torch.tensor([row for *_, row, _ in targets], dtype=torch.long)]
+            for (request, seq, completion, _, fork), result in zip(targets, sample(picked, rows, self.eos_token_ids)):
+                outcome.tokens.append(self._token(request, seq, completion, result, fork))
+        return outcome
+
+    def _targets(self, request: Request, items: list[tuple[Sequence, int]]):
+        """(request, sequence, completion, logits row, fork) per token to sample. A fresh n > 1 request's
+        prompt was prefilled once: n - 1 new sequences fork it and sample from the same row."""
+        targets = [(request, seq, seq.completion, row, False) for seq, row in items]
+        if request.is_fresh and request.params.n > 1:
+            parent, row = items[0]
+            targets += [(request, parent, self.new_completion(request, i), row, True) for i in range(1, request.params.n)]
+        return targets
+
+    def _token(self, request: Request, seq: Sequence, completion: Completion, result: SampleResult, fork: bool) -> SampledToken:
+        reason, stop = self._token_stop(request, seq, result.token_id)
+        return SampledToken(request, seq, completion, result.token_id, result.logprob, result.top_logprobs,
+                            fork, reason, stop)
+
+    def _token_stop(self, request: Request, seq: Sequence, token: int) -> tuple[str | None, int | None]:
+        """Why `token` ends the sequence, judged on token ids (stop strings are the detokenizer's)."""
+        params = request.params
+        num_out = len(seq.token_ids) + 1 - seq.num_prompt_tokens
+        if num_out >= params.min_tokens and token in params.stop_ids(self.eos_token_ids):
+            return "stop", token if token in params.stop_token_ids else None
+        if len(seq.token_ids) + 1 >= request.max_total_len:
+            return "length", None
+        return None, None
+
+
+def _beam_step(request: Request, items: list[tuple[Sequence, int]], logits: torch.Tensor):
+    """Every live beam computed its last token this step; the search picks the next beams."""
+    search: BeamSearch = request.beam
+    row_of = {seq.index: row for seq, row in items}
+    return search.step(logits[[row_of[b.beam_id] for b in search.live]])
+
+
+def _rows_by_request(step: SchedulerOutput) -> dict[Request, list[tuple[Sequence, int]]]:
+    groups: dict[Request, list[tuple[Sequence, int]]] = {}
+    for row, s in enumerate(step.logits_seqs()):
+        groups.setdefault(s.request, []).append((s.seq, row))
+    return groups

@@ -1,0 +1,43 @@
+"""The detokenizer stage: turns a step's sampled tokens into text deltas and logprobs, ends sequences on
+stop strings, and decodes the hypotheses of finished beam searches. Writes only Completions and the
+outcome; the scheduler applies the stops."""
+
+from pagedllm.engine.beam import BeamSearch
+from pagedllm.engine.detokenizer import Tokenizer
+from pagedllm.engine.outcome import BeamChoice, SampledToken, StepOutcome
+from pagedllm.engine.outputs import CompletionOutput, TokenLogprob
+
+
+def detokenize(outcome: StepOutcome, tokenizer: Tokenizer) -> None:
+    for token in outcome.tokens:
+        _add_token(token)
+    for choice in outcome.beams:
+        if choice.step.done:
+            choice.request.final_outputs = _beam_outputs(choice, tokenizer)
+
+
+def _add_token(token: SampledToken) -> None:
+    completion = token.completion
+    completion.cumulative_logprob += token.logprob
+    if completion.logprobs is not None:
+        completion.logprobs.append(TokenLogprob(token.token_id, token.logprob, token.top_logprobs or {}))
+    detokenizer = completion.detokenizer
+    completion.add_text(detokenizer.append(token.token_id))
+    if detokenizer.stop_reason is not None:  # a stop string ends it whatever the token-level verdict
+        token.finish_reason, token.stop_reason = "stop", detokenizer.stop_reason
+    if token.finish_reason is not None:
+        completion.add_text(detokenizer.finish())
+
+
+def _beam_outputs(choice: BeamChoice, tokenizer: Tokenizer) -> list[CompletionOutput]:
+    search: BeamSearch = choice.request.beam
+    skip = choice.request.params.skip_special_tokens
+    outputs = []
+    for i, hypothesis in enumerate(search.best()):
+        text = tokenizer.decode(hypothesis.token_ids, skip_special_tokens=skip)
+        ids = list(hypothesis.token_ids)
+        outputs.append(CompletionOutput(
+            index=i, text=text, token_ids=ids, logprobs=None, finish_reason=hypothesis.finish_reason,
+            cumulative_logprob=hypothesis.cum_logprob, new_text=text, new_token_ids=list(ids),
+        ))
+    return outputs
