@@ -58,9 +58,7 @@ def run(args: argparse.Namespace) -> int:
                           args.shutdown_timeout, args.log_level, api_key=args.api_key,
                           max_request_bytes=args.max_request_bytes)
     _log_startup(engine, args.host, sock.getsockname()[1])
-    if args.api_key is None and not is_loopback(args.host):
-        logger.warning("no --api-key: anyone who can reach %s:%d can use this server, its metrics and its "
-                       "dashboard; set --api-key or $%s", args.host, sock.getsockname()[1], API_KEY_ENV)
+    warn_if_exposed(args.host, sock.getsockname()[1], args.api_key)
     with _quiet_exit_signals():
         server.run(sockets=[sock])
     logger.info("server stopped")
@@ -73,6 +71,12 @@ def _log_startup(engine: Any, host: str, port: int) -> None:
                 stats.num_blocks, stats.block_size, stats.num_blocks * stats.block_size,
                 engine.max_model_len, "on" if engine.config.enable_prefix_caching else "off")
     logger.info("serving %s on http://%s:%d (dashboard: /dashboard)", engine.model_name, host, port)
+
+
+def warn_if_exposed(host: str, port: int, api_key: str | None) -> None:
+    if api_key is None and not is_loopback(host):
+        logger.warning("no --api-key: anyone who can reach %s:%d can use this server, its metrics and its "
+                       "dashboard; set --api-key or $%s", host, port, API_KEY_ENV)
 
 
 def is_loopback(host: str) -> bool:
