@@ -1,0 +1,90 @@
+"""triton_attention: the Triton implementation of paged_attention(query, kv_cache, meta, scale).
+
+Sequences with one new token go to the split decode kernel plus the merge kernel; sequences with more
+(prompts, chunked prefill) go to the prefill kernel in tiles of new tokens. The launch lists are built
+once per step from the metadata's host lists and kept in meta.plan for the other layers.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from pagedllm.attention.metadata import AttentionMetadata
+from pagedllm.attention.triton.loader import check_device, kernels
+
+BLOCK_N = 32  # keys per tile
+MIN_SPLIT_TOKENS = 256  # shorter splits cost more in partials and merging than they gain in parallelism
+PROGRAMS_PER_SM = 4
+
+
+@dataclass(slots=True)
+class TritonPlan:
+    decode_ids: torch.Tensor  # [num_decode] int64: sequences with one new token
+    decode_rows: torch.Tensor  # [num_decode] int64: their query rows
+    split_len: int  # keys per decode split
+    num_splits: int
+    tile_seq: torch.Tensor  # [num_tiles] int64: the sequence of each prefill query tile
+    tile_start: torch.Tensor  # [num_tiles] int64: its first new token, counted within the sequence
+    block_m: int  # new tokens per prefill tile
+    requested_split: int | None  # the split_len the caller asked for (None = chosen here)
+
+
+def triton_attention(
+    query: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata, scale: float, split_len: int | None = None
+) -> torch.Tensor:
+    """query: [num_tokens, num_heads, head_dim] -> [num_tokens, num_heads, head_dim].
+
+    split_len: keys per decode split; by default chosen from the batch and the GPU's SM count.
+    """
+    check_device(query)
+    ops = kernels()
+    plan = meta.plan
+    if not isinstance(plan, TritonPlan) or plan.requested_split != split_len:
+        plan = meta.plan = make_plan(meta, query, kv_cache, split_len)
+    out = torch.empty_like(query)
+    if plan.decode_ids.numel():
+        partials = ops["decode"].launch_decode(
+            query, kv_cache, meta.block_tables, meta.seq_lens, plan.decode_ids, plan.decode_rows,
+            scale, plan.split_len, plan.num_splits, BLOCK_N,
+        )
+        ops["split_merge"].launch_merge(*partials, meta.seq_lens, plan.decode_ids, plan.decode_rows, plan.split_len, out)
+    if plan.tile_seq.numel():
+        tensors = (meta.block_tables, meta.seq_lens, meta.query_start_loc)
+        ops["prefill"].launch_prefill(
+            query, kv_cache, out, tensors, plan.tile_seq, plan.tile_start, scale, plan.block_m, BLOCK_N
+        )
+    return out
+
+
+def make_plan(
+    meta: AttentionMetadata, query: torch.Tensor, kv_cache: torch.Tensor, split_len: int | None
+) -> TritonPlan:
+    kvh = kv_cache.shape[1]
+    block_m = kernels()["prefill"].prefill_block_m(query.shape[1] // kvh)
+    decode, rows, tile_seq, tile_start = [], [], [], []
+    row = 0
+    for i, q_len in enumerate(meta.query_lens_list):
+        if q_len == 1:
+            decode.append(i)
+            rows.append(row)
+        for start in range(0, q_len, block_m) if q_len > 1 else ():
+            tile_seq.append(i)
+            tile_start.append(start)
+        row += q_len
+    longest = max((meta.seq_lens_list[i] for i in decode), default=1)
+    chosen = split_len or default_split_len(longest, len(decode) * kvh, query.device)
+    as_long = lambda xs: torch.tensor(xs, dtype=torch.int64, device=query.device)  # noqa: E731
+    return TritonPlan(
+        as_long(decode), as_long(rows), chosen, -(-longest // chosen),
+        as_long(tile_seq), as_long(tile_start), block_m, split_len,
+    )
+
+
+def default_split_len(longest: int, programs_per_split: int, device: torch.device) -> int:
+    """Enough splits to give every SM a few programs, none shorter than MIN_SPLIT_TOKENS; a multiple of BLOCK_N."""
+    if device.type != "cuda":
+        return -(-longest // BLOCK_N) * BLOCK_N  # the interpreter: one split
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    splits = max(1, -(-PROGRAMS_PER_SM * sms // max(1, programs_per_split)))
+    tokens = max(MIN_SPLIT_TOKENS, -(-longest // splits))
+    return -(-tokens // BLOCK_N) * BLOCK_N
