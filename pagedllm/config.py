@@ -1,7 +1,7 @@
 """Engine configuration, validated once at construction."""
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pagedllm.errors import InvalidInputError
 
@@ -19,27 +19,42 @@ def parse_memory_size(text: str | int) -> int:
     return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
 
 
+DTYPES = ("float32", "bfloat16")
+ALLOCATORS = ("paged", "contiguous")
+PREEMPTION_MODES = ("recompute", "swap")
+
+
+def option(default, help: str, choices: tuple[str, ...] | None = None):
+    """A config field whose default, help and choices are also its command-line option's (one place each)."""
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
 @dataclass(slots=True)
 class EngineConfig:
-    model: str | None = None  # HF directory or GGUF file; None = the built-in default model
-    dtype: str = "float32"  # "float32" or "bfloat16"
-    block_size: int = 16
-    kv_cache_memory: str | int = "2GiB"  # budget for the KV pool; ignored when num_blocks is set
-    num_blocks: int | None = None
-    max_num_seqs: int = 64  # running sequences per step
-    max_num_batched_tokens: int = 1024  # token budget per step (prefill chunks + decodes)
-    max_model_len: int | None = None  # default: the model's max_position_embeddings, capped at 8192
-    enable_prefix_caching: bool = True
-    preemption_mode: str = "recompute"  # or "swap"
-    allocator: str = "paged"  # "contiguous": admit only with a max-length contiguous reservation (baseline)
-    attention_impl: str = "auto"
-    served_model_name: str | None = None
-    max_n: int = 16  # largest n / beam width a request may ask for
-    seed: int = 0
+    """Every engine option. `LLM(**options)` takes these names; the commands take them as --kebab-case."""
+
+    model: str | None = option(None, "HF directory or .gguf file (default: the built-in SmolLM2-135M-Instruct)")
+    dtype: str = option("float32", "weights and KV cache dtype", DTYPES)
+    block_size: int = option(16, "tokens per KV block")
+    kv_cache_memory: str | int = option("2GiB", "memory for the KV pool, e.g. 2GiB; ignored when --num-blocks is set")
+    num_blocks: int | None = option(None, "KV pool size in blocks (default: from --kv-cache-memory)")
+    max_num_seqs: int = option(64, "most sequences running in one step")
+    max_num_batched_tokens: int = option(1024, "token budget of one step (prefill chunks + decodes)")
+    max_model_len: int | None = option(None, "longest prompt + output (default: the model's, at most 8192)")
+    enable_prefix_caching: bool = option(True, "reuse cached KV blocks of identical prompt prefixes")
+    preemption_mode: str = option(
+        "recompute", "what a preempted sequence's K/V become: recomputed later, or swapped out", PREEMPTION_MODES
+    )
+    allocator: str = option(
+        "paged", "contiguous: admit a request only with a max-length contiguous reservation (the baseline)", ALLOCATORS
+    )
+    attention_impl: str = option("auto", "auto, reference or blockwise")
+    served_model_name: str | None = option(None, "model name reported by the API (default: the file name)")
+    max_n: int = option(16, "largest n / beam width a request may ask for")
+    seed: int = option(0, "engine seed for requests without their own")
 
     def __post_init__(self) -> None:
-        if self.dtype not in ("float32", "bfloat16"):
-            raise InvalidInputError(f"dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
+        _require_choice("dtype", self.dtype, DTYPES)
         _require_positive("block_size", self.block_size)
         _require_positive("max_num_seqs", self.max_num_seqs)
         _require_positive("max_num_batched_tokens", self.max_num_batched_tokens)
@@ -50,12 +65,15 @@ class EngineConfig:
             _require_positive("max_model_len", self.max_model_len)
         if parse_memory_size(self.kv_cache_memory) <= 0:
             raise InvalidInputError("kv_cache_memory must be positive")
-        if self.allocator not in ("paged", "contiguous"):
-            raise InvalidInputError(f"allocator must be 'paged' or 'contiguous', got {self.allocator!r}")
-        if self.preemption_mode not in ("recompute", "swap"):
-            raise InvalidInputError(f"preemption_mode must be 'recompute' or 'swap', got {self.preemption_mode!r}")
+        _require_choice("allocator", self.allocator, ALLOCATORS)
+        _require_choice("preemption_mode", self.preemption_mode, PREEMPTION_MODES)
 
 
 def _require_positive(name: str, value: int) -> None:
     if not isinstance(value, int) or value <= 0:
         raise InvalidInputError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _require_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise InvalidInputError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")

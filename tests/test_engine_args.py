@@ -18,3 +18,31 @@ def test_each_option_maps_to_its_config_field():
     defaults = engine_config_from_args(parser.parse_args([]))
     assert defaults == EngineConfig()
     assert {f.name for f in fields(EngineConfig)} <= set(vars(args))
+
+
+def test_options_take_default_help_and_choices_from_the_config_fields():
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser)
+    actions = {a.dest: a for a in parser._actions}
+    for f in fields(EngineConfig):
+        action = actions[f.name]
+        assert action.option_strings[0] == "--" + f.name.replace("_", "-")
+        assert action.default == f.default
+        assert action.help.startswith(f.metadata["help"])
+        if f.metadata["choices"]:
+            assert tuple(action.choices) == f.metadata["choices"]
+    assert actions["block_size"].type is int and actions["kv_cache_memory"].type is None
+
+
+def test_readme_engine_option_table_matches_the_config():
+    """The README's table lists every EngineConfig field with its default, nothing else."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    table = readme.split("### Engine options", 1)[1].split("\n\n", 2)[2]
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|", table, re.MULTILINE))
+    assert list(rows) == [f.name for f in fields(EngineConfig)]
+    for f in fields(EngineConfig):
+        if f.default is not None:
+            assert rows[f.name].strip().strip("`") == str(f.default), f.name

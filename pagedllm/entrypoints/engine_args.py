@@ -1,38 +1,42 @@
-"""Command-line options shared by every command that builds an engine (generate, serve, bench)."""
+"""Command-line options shared by every command that builds an engine (generate, serve, bench).
+
+Derived from EngineConfig's fields: the option's name, type, default, help and choices are the
+field's, so adding a field to EngineConfig is all it takes to add an option."""
 
 import argparse
-from dataclasses import fields
+import types
+from dataclasses import MISSING, Field, fields
 
 from pagedllm.config import EngineConfig
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("engine")
-    g.add_argument("--model", default=None, help="HF directory or .gguf file (default: the built-in SmolLM2-135M-Instruct)")
-    g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weights and KV cache dtype")
-    g.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
-    g.add_argument("--kv-cache-memory", default="2GiB", help="memory for the KV pool, e.g. 2GiB")
-    g.add_argument("--num-blocks", type=int, default=None, help="KV pool size in blocks (overrides --kv-cache-memory)")
-    g.add_argument("--max-num-seqs", type=int, default=64, help="most sequences running in one step")
-    g.add_argument("--max-num-batched-tokens", type=int, default=1024, help="token budget of one step")
-    g.add_argument("--max-model-len", type=int, default=None, help="longest prompt + output (default: the model's)")
-    g.add_argument(
-        "--enable-prefix-caching",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="reuse cached KV blocks of identical prompt prefixes",
-    )
-    g.add_argument("--preemption-mode", default="recompute", choices=["recompute", "swap"])
-    g.add_argument(
-        "--allocator", default="paged", choices=["paged", "contiguous"],
-        help="contiguous: admit requests only with a max-length contiguous reservation (the baseline)",
-    )
-    g.add_argument("--attention-impl", default="auto", help="auto, reference or blockwise")
-    g.add_argument("--served-model-name", default=None, help="model name reported by the API")
-    g.add_argument("--max-n", type=int, default=16, help="largest n / beam width a request may ask for")
-    g.add_argument("--seed", type=int, default=0, help="engine seed for requests without their own")
+    group = parser.add_argument_group("engine")
+    for f in fields(EngineConfig):
+        group.add_argument("--" + f.name.replace("_", "-"), **_option(f))
 
 
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
     """Every EngineConfig field comes from the option of the same name (e.g. --block-size -> block_size)."""
     return EngineConfig(**{f.name: getattr(args, f.name) for f in fields(EngineConfig)})
+
+
+def _option(f: Field) -> dict:
+    if f.default is MISSING:
+        raise TypeError(f"EngineConfig.{f.name} needs a default to become an option")
+    kwargs = {"default": f.default, "help": f.metadata.get("help")}
+    if f.type is bool:
+        return kwargs | {"action": argparse.BooleanOptionalAction}
+    if f.metadata.get("choices"):
+        kwargs["choices"] = list(f.metadata["choices"])
+    if _is_int(f.type):
+        kwargs["type"] = int
+    if f.default is not None and "default:" not in (kwargs["help"] or ""):
+        kwargs["help"] = f"{kwargs['help']} (default: %(default)s)"
+    return kwargs
+
+
+def _is_int(annotation: object) -> bool:
+    """int or int | None; a field that also takes text (e.g. str | int sizes) is read as text."""
+    kinds = set(annotation.__args__) if isinstance(annotation, types.UnionType) else {annotation}
+    return int in kinds and str not in kinds
