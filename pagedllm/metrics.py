@@ -36,6 +36,9 @@ GAUGES: dict[str, tuple[str, str]] = {
     "kv_block_usage_ratio": ("Fraction of KV blocks in use.", "block_occupancy"),
     "kv_tokens_stored": ("Token slots holding real tokens in used blocks.", "tokens_stored"),
     "kv_token_usage_ratio": ("Fraction of all KV token slots holding real tokens.", "token_occupancy"),
+    "num_seqs_running_peak": ("Most sequences running in one engine step since start.", "running_seqs_peak"),
+    "num_seqs_running_mean": ("Sequences running per engine step, mean over the steps that ran any.",
+                              "running_seqs_mean"),
 }
 # name (exposed with a _total suffix) -> (help, EngineStats attribute); cumulative since start.
 COUNTERS: dict[str, tuple[str, str]] = {

@@ -17,8 +17,9 @@ class StepSample:
     time_s: float  # since the run started
     blocks_used: int
     tokens_stored: int
-    running: int
+    running: int  # requests
     waiting: int
+    running_seqs: int  # sequences that ran in this step
 
 
 @dataclass(slots=True)
@@ -35,6 +36,8 @@ class RunResult:
     prefix_hit_rate: float | None = None  # prefix-cache hit tokens / queried tokens
     num_preemptions: int | None = None
     mean_waste: float | None = None  # empty tail slots / used slots, averaged over steps
+    peak_running_seqs: int | None = None  # sequences running in one step: the concurrency paging buys
+    mean_running_seqs: float | None = None  # over the steps that ran any
     ttft: Summary | None = None
     tpot: Summary | None = None
     config: dict = field(default_factory=dict)
@@ -113,7 +116,7 @@ def _step_to_end(engine, count: int, start: float, progress: bool, label: str) -
                     bar.update(1)
             s = engine.stats()
             samples.append(StepSample(time.perf_counter() - start, s.blocks_used, s.tokens_stored,
-                                      s.num_running, s.num_waiting))  # fmt: skip
+                                      s.num_running, s.num_waiting, s.running_seqs_last))  # fmt: skip
     return samples, finished
 
 
@@ -135,6 +138,8 @@ def _result(engine, workload, label, elapsed, before, samples, finished) -> RunR
         prefix_hit_rate=hits / queries if queries else 0.0,
         num_preemptions=after.num_preemptions - before.num_preemptions,
         mean_waste=_mean_waste(samples, after.block_size),
+        peak_running_seqs=max((s.running_seqs for s in samples), default=0),
+        mean_running_seqs=_mean_running(samples),
         ttft=summarize(ttfts),
         tpot=summarize(tpots),
         config=config_summary(engine.config),
@@ -160,3 +165,9 @@ def _mean_waste(samples: list[StepSample], block_size: int) -> float:
     fractions = [(s.blocks_used * block_size - s.tokens_stored) / (s.blocks_used * block_size)
                  for s in samples if s.blocks_used]  # fmt: skip
     return sum(fractions) / len(fractions) if fractions else 0.0
+
+
+def _mean_running(samples: list[StepSample]) -> float:
+    """Sequences per step, over the steps that ran any (as the engine's own running_seqs_mean)."""
+    busy = [s.running_seqs for s in samples if s.running_seqs]
+    return sum(busy) / len(busy) if busy else 0.0

@@ -13,6 +13,8 @@ COLUMNS = [  # (header, key in run_to_dict, format)
     ("out tok/s", "output_tokens_per_s", "{:.1f}"),
     ("total tok/s", "total_tokens_per_s", "{:.1f}"),
     ("peak KV blocks", "peak_blocks", "{}"),
+    ("seqs peak", "peak_running_seqs", "{}"),
+    ("seqs mean", "mean_running_seqs", "{:.1f}"),
     ("KV waste", "mean_kv_waste", "{:.1%}"),
     ("prefix hit", "prefix_hit_rate", "{:.1%}"),
     ("preempt", "num_preemptions", "{}"),
@@ -37,6 +39,8 @@ def run_to_dict(run: RunResult, with_timeline: bool = True) -> dict:
         "prefix_hit_rate": run.prefix_hit_rate,
         "num_preemptions": run.num_preemptions,
         "mean_kv_waste": run.mean_waste,
+        "peak_running_seqs": run.peak_running_seqs,
+        "mean_running_seqs": run.mean_running_seqs,
         "ttft_s": run.ttft.to_dict() if run.ttft else None,
         "tpot_s": run.tpot.to_dict() if run.tpot else None,
         "config": run.config,
@@ -46,6 +50,7 @@ def run_to_dict(run: RunResult, with_timeline: bool = True) -> dict:
             "time_s": [round(s.time_s, 4) for s in run.samples],
             "blocks_used": [s.blocks_used for s in run.samples],
             "running": [s.running for s in run.samples],
+            "running_seqs": [s.running_seqs for s in run.samples],
         }
     return out
 
@@ -53,6 +58,15 @@ def run_to_dict(run: RunResult, with_timeline: bool = True) -> dict:
 def ratio(a: RunResult, b: RunResult) -> float:
     """How many times a's output token rate is b's."""
     return a.output_tokens_per_s / b.output_tokens_per_s
+
+
+def concurrency_ratio(a: RunResult, b: RunResult) -> dict[str, float | None]:
+    """How many times as many sequences a ran at once as b: mean and peak per step."""
+    return {"mean": _div(a.mean_running_seqs, b.mean_running_seqs), "peak": _div(a.peak_running_seqs, b.peak_running_seqs)}
+
+
+def _div(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
 
 
 def _cell(value, fmt: str) -> str:
@@ -72,8 +86,16 @@ def format_table(report: dict) -> str:
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
     line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
     text = [line(headers), line(["-" * w for w in widths]), *map(line, rows)]
-    text += [f"{name}: {value:.2f}x" for name, value in report.get("ratios", {}).items()]
+    text += [_ratio_line(report, name, value) for name, value in report.get("ratios", {}).items()]
     return "\n".join(text)
+
+
+def _ratio_line(report: dict, name: str, value: float) -> str:
+    line = f"{name}: {value:.2f}x"
+    seqs = report.get("concurrency_ratios", {}).get(name)
+    if seqs:
+        line += f" throughput, {_cell(seqs['mean'], '{:.2f}x')} running sequences (mean), {_cell(seqs['peak'], '{:.2f}x')} (peak)"
+    return line
 
 
 def format_markdown(report: dict) -> str:
@@ -85,7 +107,7 @@ def format_markdown(report: dict) -> str:
     out += ["| " + " | ".join(r) + " |" for r in _rows(report)]
     ratios = report.get("ratios", {})
     if ratios:
-        out += [""] + [f"- **{name}: {value:.2f}x**" for name, value in ratios.items()]
+        out += [""] + [f"- **{_ratio_line(report, name, value)}**" for name, value in ratios.items()]
     return "\n".join(out) + "\n"
 
 

@@ -63,14 +63,14 @@ def write_outputs(result: dict, args: argparse.Namespace) -> None:
 
 def run_throughput(args: argparse.Namespace) -> dict:
     from pagedllm.bench.engine_runner import run_engine
-    from pagedllm.bench.report import ratio
+    from pagedllm.bench.report import concurrency_ratio, ratio
 
     progress = not args.no_progress
     config = engine_config(args)
     engine = load_engine(config)
     workload = workload_for(engine, args)
     main = run_engine(engine, workload, _label(config), progress)
-    runs, ratios = [main], {}
+    runs, ratios, concurrency = [main], {}, {}
     if args.baseline == "hf":
         runs.append(_hf_run(engine, workload, args, progress))
         ratios["pagedllm / transformers"] = ratio(main, runs[-1])
@@ -81,7 +81,10 @@ def run_throughput(args: argparse.Namespace) -> dict:
         variant = engine_config(args, **changes)
         runs.append(run_engine(load_engine(variant), workload, _label(variant), progress))
         ratios[name] = ratio(main, runs[-1])
-    return build_report("throughput", model_name, config, workload, runs, ratios)
+        concurrency[name] = concurrency_ratio(main, runs[-1])
+    report = build_report("throughput", model_name, config, workload, runs, ratios)
+    report["concurrency_ratios"] = concurrency
+    return report
 
 
 def _variants(args: argparse.Namespace, config) -> list[tuple[str, dict]]:

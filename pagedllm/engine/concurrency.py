@@ -8,8 +8,10 @@ class Concurrency:
     steps: int = 0  # steps that ran at least one sequence
     peak: int = 0
     total: int = 0  # sum over those steps of the sequences running
+    last: int = 0  # sequences running in the latest step
 
     def record(self, num_running: int) -> None:
+        self.last = num_running
         if num_running <= 0:
             return
         self.steps += 1

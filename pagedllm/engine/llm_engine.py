@@ -173,6 +173,7 @@ class LLMEngine:
             num_running=len(self.scheduler.running),
             running_seqs_peak=self.scheduler.concurrency.peak,
             running_seqs_mean=self.scheduler.concurrency.mean,
+            running_seqs_last=self.scheduler.concurrency.last,
             num_waiting=len(self.scheduler.waiting),
             prompt_tokens_total=self.prompt_tokens_total,
             generation_tokens_total=self.generation_tokens_total,

@@ -89,8 +89,7 @@ class Scheduler:
             self._schedule_waiting(out, budget)
         for s in out.scheduled:
             s.block_table = self.kv.block_table(s.seq.seq_id)
-        if out.scheduled:
-            self.concurrency.record(sum(len(r.live_seqs) for r in self.running))
+        self.concurrency.record(sum(len(r.live_seqs) for r in self.running) if out.scheduled else 0)
         return out
 
     def update(self, step: SchedulerOutput, outcome: StepOutcome) -> list[Request]:

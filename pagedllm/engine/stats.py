@@ -22,3 +22,4 @@ class EngineStats:
     generation_tokens_total: int
     running_seqs_peak: int = 0  # most sequences running in one step so far
     running_seqs_mean: float = 0.0  # sequences running per step, mean over the steps that ran any
+    running_seqs_last: int = 0  # sequences running in the latest step

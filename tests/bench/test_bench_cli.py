@@ -80,7 +80,7 @@ def test_hf_baseline_model_has_the_engine_weights(tiny_llama_dir):
         assert torch.equal(hf(ids, attention_mask=mask).logits, reference(ids, attention_mask=mask).logits)
 
 
-def test_contiguous_allocator_admits_fewer_sequences(tiny_llama_dir, tmp_path):
+def test_contiguous_allocator_admits_fewer_sequences(tiny_llama_dir, tmp_path, capsys):
     out = tmp_path / "alloc.json"
     main(["bench", "throughput", "--model", str(tiny_llama_dir), "--num-requests", "8", "--max-model-len", "256",
           "--block-size", "8", "--kv-cache-memory", "512KiB", "--compare-allocators", "--json", str(out),
@@ -90,3 +90,13 @@ def test_contiguous_allocator_admits_fewer_sequences(tiny_llama_dir, tmp_path):
     assert contiguous["config"]["allocator"] == "contiguous" and "paged / contiguous" in data["ratios"]
     # 512 KiB holds 682 tokens of this model: two 256-token reservations, but more actual sequences
     assert max(contiguous["kv_timeline"]["running"]) <= 2 < max(paged["kv_timeline"]["running"])
+    for run in (paged, contiguous):  # sequences per step, reported beside the blocks
+        busy = [n for n in run["kv_timeline"]["running_seqs"] if n]
+        assert run["peak_running_seqs"] == max(busy) and run["mean_running_seqs"] == pytest.approx(sum(busy) / len(busy))
+    assert contiguous["peak_running_seqs"] <= 2 < paged["peak_running_seqs"]
+    seqs = data["concurrency_ratios"]["paged / contiguous"]
+    assert seqs["mean"] == pytest.approx(paged["mean_running_seqs"] / contiguous["mean_running_seqs"]) and seqs["mean"] > 1
+    assert seqs["peak"] == pytest.approx(paged["peak_running_seqs"] / contiguous["peak_running_seqs"])
+    printed = capsys.readouterr().out
+    ratio_line = f"paged / contiguous: {data['ratios']['paged / contiguous']:.2f}x throughput, {seqs['mean']:.2f}x running"
+    assert ratio_line in printed
