@@ -22,8 +22,8 @@ def copy_blocks_kernel(
     head_dim elements read and written per pair.
     """
     pair = tl.program_id(0)
-    which = tl.program_id(1) // NUM_KV_HEADS
-    head = tl.program_id(1) % NUM_KV_HEADS
+    which = (tl.program_id(1) // NUM_KV_HEADS).to(tl.int64)  # int64: offsets in a large pool pass 2^31
+    head = (tl.program_id(1) % NUM_KV_HEADS).to(tl.int64)
     src_block = tl.load(pairs_ptr + 2 * pair)
     dst_block = tl.load(pairs_ptr + 2 * pair + 1)
     offs = tl.arange(0, BLOCK_ELEMS_PAD)

@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from pagedllm.attention.triton.tile import attend_tile
+from pagedllm.attention.triton.tile import attend_tile, upcast_dot
 
 
 @triton.jit
@@ -20,7 +20,7 @@ def paged_decode_kernel(
     scale, split_len, num_heads, num_splits,
     stride_qt, stride_qh, stride_kvh, stride_block, stride_slot, stride_table,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """Grid: (num_decode_seqs, num_kv_heads, num_splits). One program, one split of one sequence's keys.
 
@@ -47,7 +47,10 @@ def paged_decode_kernel(
     heads = kv_head * GROUP + g
     q_mask = g_ok[:, None] & d_ok[None, :]
     q = tl.load(q_ptr + row * stride_qt + heads[:, None] * stride_qh + offs_d[None, :], mask=q_mask, other=0.0)
-    q = q.to(k_ptr.dtype.element_ty)
+    if UPCAST:
+        q = q.to(tl.float32)
+    else:
+        q = q.to(k_ptr.dtype.element_ty)
 
     k_plane = k_ptr + kv_head.to(tl.int64) * stride_kvh
     v_plane = v_ptr + kv_head.to(tl.int64) * stride_kvh
@@ -59,7 +62,7 @@ def paged_decode_kernel(
     for n0 in range(start, end, BLOCK_N):
         m_i, l_i, acc = attend_tile(
             q, m_i, l_i, acc, k_plane, v_plane, table, n0, end, q_pos, scale,
-            offs_d, d_ok, stride_block, stride_slot, BLOCK_SIZE, BLOCK_N,
+            offs_d, d_ok, stride_block, stride_slot, BLOCK_SIZE, BLOCK_N, UPCAST,
         )
 
     # A scalar condition folded into the bound: the interpreter mishandles scalar & vector masks.
@@ -98,6 +101,6 @@ def launch_decode(
         block_tables.stride(0),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=head_dim, HEAD_DIM_PAD=max(16, triton.next_power_of_2(head_dim)),
-        BLOCK_SIZE=block_size, BLOCK_N=block_n,
+        BLOCK_SIZE=block_size, BLOCK_N=block_n, UPCAST=upcast_dot(kv_cache.dtype),
     )
     return m, l, o

@@ -20,7 +20,7 @@ def write_kv_kernel(
     t = tl.program_id(0)
     slot = tl.load(slots_ptr + t)
     block = slot // BLOCK_SIZE
-    h = tl.arange(0, HEADS_PAD)
+    h = tl.arange(0, HEADS_PAD).to(tl.int64)  # int64: offsets in a large pool pass 2^31
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     # slot -1 keeps no head; a scalar condition folded into the bound (the interpreter mishandles scalar & vector)
     mask = (h < tl.where(slot >= 0, NUM_KV_HEADS, 0))[:, None] & (offs_d < HEAD_DIM)[None, :]

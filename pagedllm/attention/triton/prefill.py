@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from pagedllm.attention.triton.tile import attend_tile
+from pagedllm.attention.triton.tile import attend_tile, upcast_dot
 
 
 @triton.jit
@@ -18,8 +18,8 @@ def paged_prefill_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr, tables_ptr, seq_lens_ptr, query_start_ptr, tile_seq_ptr, tile_start_ptr,
     scale,
     stride_qt, stride_qh, stride_ot, stride_oh, stride_kvh, stride_block, stride_slot, stride_table,
-    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """Grid: (num_query_tiles, num_kv_heads). One program, BLOCK_M new tokens of one sequence times the
     GROUP query heads of one KV head: BLOCK_M * GROUP_PAD rows, row r = (token r // GROUP_PAD, head r % GROUP_PAD).
@@ -47,7 +47,11 @@ def paged_prefill_kernel(
     heads = kv_head * GROUP + g
     q_off = (q_first + token)[:, None] * stride_qt + heads[:, None] * stride_qh + offs_d[None, :]
     io_mask = row_ok[:, None] & d_ok[None, :]
-    q = tl.load(q_ptr + q_off, mask=io_mask, other=0.0).to(k_ptr.dtype.element_ty)
+    q = tl.load(q_ptr + q_off, mask=io_mask, other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+    else:
+        q = q.to(k_ptr.dtype.element_ty)
 
     k_plane = k_ptr + kv_head.to(tl.int64) * stride_kvh
     v_plane = v_ptr + kv_head.to(tl.int64) * stride_kvh
@@ -60,7 +64,7 @@ def paged_prefill_kernel(
     for n0 in range(0, key_end, BLOCK_N):
         m_i, l_i, acc = attend_tile(
             q, m_i, l_i, acc, k_plane, v_plane, table, n0, key_end, q_pos, scale,
-            offs_d, d_ok, stride_block, stride_slot, BLOCK_SIZE, BLOCK_N,
+            offs_d, d_ok, stride_block, stride_slot, BLOCK_SIZE, BLOCK_N, UPCAST,
         )
 
     o = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
@@ -95,5 +99,5 @@ def launch_prefill(
         kv_cache.stride(1), kv_cache.stride(2), kv_cache.stride(3), block_tables.stride(0),
         GROUP=group, GROUP_PAD=triton.next_power_of_2(group), BLOCK_M=block_m,
         HEAD_DIM=head_dim, HEAD_DIM_PAD=max(16, triton.next_power_of_2(head_dim)),
-        BLOCK_SIZE=block_size, BLOCK_N=block_n,
+        BLOCK_SIZE=block_size, BLOCK_N=block_n, UPCAST=upcast_dot(kv_cache.dtype),
     )

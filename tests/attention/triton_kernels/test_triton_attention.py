@@ -58,3 +58,26 @@ def test_plan_is_reused_across_layers(device: torch.device) -> None:
     second = triton_attention(batch.query, batch.kv_cache, batch.meta, batch.scale)
     assert batch.meta.plan is plan
     torch.testing.assert_close(first, second, rtol=0, atol=0)
+
+
+def test_default_model_shapes(device: torch.device) -> None:
+    """SmolLM2-135M's attention shapes (9 query heads, 3 KV heads, head_dim 64, blocks of 16). On CUDA the
+    contexts are long enough for the default split choice to split the decode sequences; the interpreter
+    runs short ones (one split)."""
+    longest = 3000 if device.type == "cuda" else 150
+    specs = [(longest - 1, 1), (longest // 3, 1), (7, 1), (longest // 2, 37), (0, 50)]
+    batch = make_batch(specs, 9, 3, 16, head_dim=64, seed=9)
+    on_device = batch_on(batch, device)
+    out = triton_attention(on_device.query, on_device.kv_cache, on_device.meta, batch.scale)
+    reference = paged_attention(batch.query, batch.kv_cache, batch.meta, batch.scale, impl="reference")
+    torch.testing.assert_close(out.cpu(), reference, rtol=1e-5, atol=1e-5)
+    if device.type == "cuda":
+        assert on_device.meta.plan.num_splits > 1
+
+
+def test_bfloat16_close_to_dense(device: torch.device) -> None:
+    batch = make_batch([(40, 1), (0, 21), (17, 5)], 9, 3, 16, head_dim=64, dtype=torch.bfloat16, seed=11)
+    on_device = batch_on(batch, device)
+    out = triton_attention(on_device.query, on_device.kv_cache, on_device.meta, batch.scale, split_len=16)
+    assert out.dtype == torch.bfloat16 and out.shape == batch.query.shape
+    torch.testing.assert_close(out.cpu().double(), dense_attention(batch), rtol=2e-2, atol=2e-2)
