@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# On-GPU checks for issue 11, on one NVIDIA GPU, in under 8 minutes.
+#
+# Runs where torch, triton and pytest are installed (any versions) but not the server's or GGUF's
+# packages (fastapi, uvicorn, pydantic, gguf, openai): no step imports them, and nothing is downloaded.
+# Run from anywhere: scripts/gpu_check.sh [OUT_DIR]. Each step's log goes to OUT_DIR/<step>.log and one
+# line per step to OUT_DIR/summary.txt; the exit status is non-zero if any step failed.
+#
+# Steps so far:
+#   kernels  the Triton kernel tests (tests/attention/triton_kernels) compiled on CUDA, no interpreter.
+set -u -o pipefail
+
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+OUT_DIR=${1:-${OUT:-gpu_check_out}}
+mkdir -p "$OUT_DIR"
+: > "$OUT_DIR/summary.txt"
+failed=0
+
+# step NAME SECONDS FUNCTION: run the function under a time limit, log it, record ok/FAIL and the time taken.
+step() {
+    local name=$1 limit=$2 fn=$3 start result
+    echo "== $name (limit ${limit}s)"
+    start=$(date +%s)
+    if timeout "$limit" bash -c "$fn" 2>&1 | tee "$OUT_DIR/$name.log"; then
+        result=ok
+    else
+        result=FAIL
+        failed=1
+    fi
+    echo "$name: $result in $(( $(date +%s) - start ))s" | tee -a "$OUT_DIR/summary.txt"
+}
+
+environment() {
+    "$PYTHON" - <<'PY'
+import torch, triton
+print(f"torch {torch.__version__}, triton {triton.__version__}, CUDA {torch.version.cuda}")
+if not torch.cuda.is_available():
+    raise SystemExit("torch sees no CUDA device")
+props = torch.cuda.get_device_properties(0)
+print(f"{props.name}: {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB")
+PY
+}
+
+kernel_tests() {
+    # TRITON_INTERPRET unset: the kernels compile for the GPU; the conftest then puts the tensors on CUDA.
+    env -u TRITON_INTERPRET PAGEDLLM_TRITON_DEVICE=cuda \
+        "$PYTHON" -m pytest -q -p no:cacheprovider --durations=5 tests/attention/triton_kernels
+}
+
+export PYTHON
+export -f environment kernel_tests
+step environment 60 environment
+step kernels 300 kernel_tests
+
+cat "$OUT_DIR/summary.txt"
+exit $failed
