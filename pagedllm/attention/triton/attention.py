@@ -59,18 +59,11 @@ def triton_attention(
 def make_plan(
     meta: AttentionMetadata, query: torch.Tensor, kv_cache: torch.Tensor, split_len: int | None
 ) -> TritonPlan:
+    if split_len is not None and split_len < 1:
+        raise ValueError(f"split_len must be positive, got {split_len}")
     kvh = kv_cache.shape[1]
     block_m = kernels()["prefill"].prefill_block_m(query.shape[1] // kvh)
-    decode, rows, tile_seq, tile_start = [], [], [], []
-    row = 0
-    for i, q_len in enumerate(meta.query_lens_list):
-        if q_len == 1:
-            decode.append(i)
-            rows.append(row)
-        for start in range(0, q_len, block_m) if q_len > 1 else ():
-            tile_seq.append(i)
-            tile_start.append(start)
-        row += q_len
+    decode, rows, tile_seq, tile_start = work_lists(meta.query_lens_list, block_m)
     longest = max((meta.seq_lens_list[i] for i in decode), default=1)
     chosen = split_len or default_split_len(longest, len(decode) * kvh, query.device)
     as_long = lambda xs: torch.tensor(xs, dtype=torch.int64, device=query.device)  # noqa: E731
@@ -78,6 +71,22 @@ def make_plan(
         as_long(decode), as_long(rows), chosen, -(-longest // chosen),
         as_long(tile_seq), as_long(tile_start), block_m, split_len,
     )
+
+
+def work_lists(query_lens: list[int], block_m: int) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Decode sequences and their query rows; prefill tiles as (sequence, first new token of the tile)."""
+    decode, rows, tile_seq, tile_start = [], [], [], []
+    row = 0
+    for i, q_len in enumerate(query_lens):
+        if q_len == 1:
+            decode.append(i)
+            rows.append(row)
+        elif q_len > 1:
+            starts = range(0, q_len, block_m)
+            tile_seq.extend([i] * len(starts))
+            tile_start.extend(starts)
+        row += q_len
+    return decode, rows, tile_seq, tile_start
 
 
 def default_split_len(longest: int, programs_per_split: int, device: torch.device) -> int:

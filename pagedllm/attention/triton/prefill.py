@@ -26,8 +26,8 @@ def paged_prefill_kernel(
 
     Memory traffic per program: its query rows once (BLOCK_M * GROUP * head_dim elements), the output rows
     once, and the K and V rows of positions 0 .. num_cached + last token of the tile (causal: later
-    keys are never loaded), each once, shared by all rows of the tile. Over the grid a sequence's prefix
-    is read once per query tile, so long prompts read K/V about query_len / (2 * BLOCK_M) times.
+    keys are never loaded), each once, shared by all rows of the tile. Over a sequence's T tiles that is
+    T * num_cached + about query_len**2 / (2 * BLOCK_M) K/V rows: the cached prefix is read once per tile.
     """
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)

@@ -81,3 +81,11 @@ def test_bfloat16_close_to_dense(device: torch.device) -> None:
     out = triton_attention(on_device.query, on_device.kv_cache, on_device.meta, batch.scale, split_len=16)
     assert out.dtype == torch.bfloat16 and out.shape == batch.query.shape
     torch.testing.assert_close(out.cpu().double(), dense_attention(batch), rtol=2e-2, atol=2e-2)
+
+
+def test_work_lists_route_by_query_length() -> None:
+    from pagedllm.attention.triton.attention import work_lists
+
+    decode, rows, tile_seq, tile_start = work_lists([1, 5, 0, 1, 2], block_m=2)
+    assert (decode, rows) == ([0, 3], [0, 6])
+    assert (tile_seq, tile_start) == ([1, 1, 1, 4], [0, 2, 4, 0])
