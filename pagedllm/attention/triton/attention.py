@@ -47,7 +47,8 @@ def triton_attention(
             query, kv_cache, meta.block_tables, meta.seq_lens, plan.decode_ids, plan.decode_rows,
             scale, plan.split_len, plan.num_splits, BLOCK_N,
         )
-        ops["split_merge"].launch_merge(*partials, meta.seq_lens, plan.decode_ids, plan.decode_rows, plan.split_len, out)
+        merge = ops["split_merge"].launch_merge
+        merge(*partials, meta.seq_lens, plan.decode_ids, plan.decode_rows, plan.split_len, out)
     if plan.tile_seq.numel():
         tensors = (meta.block_tables, meta.seq_lens, meta.query_start_loc)
         ops["prefill"].launch_prefill(

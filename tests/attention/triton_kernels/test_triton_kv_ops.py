@@ -10,7 +10,8 @@ from pagedllm.attention.triton.loader import check_device
 
 def random_pools(num_layers: int, num_blocks: int, block_size: int, seed: int) -> list[torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
-    return [c.normal_(generator=gen) for c in allocate_kv_caches(num_layers, num_blocks, block_size, 3, 16, torch.float32)]
+    caches = allocate_kv_caches(num_layers, num_blocks, block_size, 3, 16, torch.float32)
+    return [c.normal_(generator=gen) for c in caches]
 
 
 @pytest.mark.parametrize("block_size", [1, 16, 32])
