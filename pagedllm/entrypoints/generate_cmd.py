@@ -58,13 +58,11 @@ def _prompt(engine, args: argparse.Namespace) -> str | list[int]:
 
 
 def _stream(engine):
-    printed, output = 0, None
+    output = None
     while engine.has_unfinished_requests():
         for output in engine.step():
-            text = output.outputs[0].text
-            sys.stdout.write(text[printed:])
+            sys.stdout.write(output.outputs[0].new_text)
             sys.stdout.flush()
-            printed = len(text)
     sys.stdout.write("\n")
     return output
 

@@ -33,9 +33,10 @@ class FakeTokenizer:
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
-                            tokenize: bool = True) -> list[int]:
+                            tokenize: bool = True) -> list[int] | str:
         text = "".join(f"<{m['role']}>{m['content']}\n" for m in messages)
-        return self.encode(text + ("<assistant>" if add_generation_prompt else ""))
+        text += "<assistant>" if add_generation_prompt else ""
+        return self.encode(text) if tokenize else text
 
 
 @dataclass
@@ -47,6 +48,8 @@ class _Seq:
     text: str = ""
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    sent_chars: int = 0  # what earlier outputs carried: each output carries only what is new, like the engine's
+    sent_tokens: int = 0
 
 
 @dataclass
@@ -287,9 +290,16 @@ class FakeEngine:
             seq.text = full[:len(full) - hold] if hold else full
 
     def _output(self, req: _Req) -> RequestOutput:
-        outs = [CompletionOutput(s.index, s.text, list(s.generated), list(s.logprobs) if req.params.logprobs is not None else None,
-                                 s.finish_reason, -0.25 * len(s.generated), s.stop_reason) for s in req.seqs]
+        outs = [self._completion(req, s) for s in req.seqs]
         return RequestOutput(req.request_id, req.prompt, list(req.prompt_ids), outs, req.finished, req.metrics)
+
+    def _completion(self, req: _Req, s: _Seq) -> CompletionOutput:
+        logprobs = list(s.logprobs) if req.params.logprobs is not None else None
+        out = CompletionOutput(s.index, s.text, list(s.generated), logprobs, s.finish_reason, -0.25 * len(s.generated),
+                               s.stop_reason, new_text=s.text[s.sent_chars:], new_token_ids=s.generated[s.sent_tokens:],
+                               new_logprobs=None if logprobs is None else logprobs[s.sent_tokens:])
+        s.sent_chars, s.sent_tokens = len(s.text), len(s.generated)
+        return out
 
     def _finish(self, req: _Req, now: float) -> None:
         req.metrics.finished_time = now

@@ -1,4 +1,4 @@
-"""What is new in each cumulative engine output since the last one a stream sent."""
+"""Per choice, what a stream sends next: the engine's per-step additions, with tokens whose text is held back kept until their text comes."""
 
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ class ChoiceDelta:
 @dataclass(slots=True)
 class _Sent:
     chars: int = 0
-    tokens: int = 0
     finished: bool = False
+    held_tokens: list[int] = field(default_factory=list)  # tokens whose text the engine holds back
+    held_logprobs: list[TokenLogprob] = field(default_factory=list)
 
 
 @dataclass
@@ -40,12 +41,16 @@ class DeltaTracker:
 
     def _delta(self, index: int, completion: CompletionOutput) -> ChoiceDelta | None:
         sent = self._sent.setdefault(index, _Sent())
-        text = completion.text[sent.chars:]
-        finished = completion.finish_reason is not None
-        if sent.finished or (not text and not finished):
-            return None  # tokens whose text is held back (a partial stop string) go out later
-        logprobs = completion.logprobs[sent.tokens:] if completion.logprobs is not None else None
-        delta = ChoiceDelta(index, text, completion.token_ids[sent.tokens:], logprobs,
+        if sent.finished:
+            return None
+        sent.held_tokens += completion.new_token_ids
+        sent.held_logprobs += completion.new_logprobs or []
+        text, finished = completion.new_text, completion.finish_reason is not None
+        if not text and not finished:
+            return None  # tokens whose text is held back (a partial stop string) go out with their text
+        logprobs = sent.held_logprobs if completion.logprobs is not None else None
+        delta = ChoiceDelta(index, text, sent.held_tokens, logprobs,
                             completion.finish_reason, completion.stop_reason, sent.chars)
-        sent.chars, sent.tokens, sent.finished = len(completion.text), len(completion.token_ids), finished
+        sent.chars, sent.finished = sent.chars + len(text), finished
+        sent.held_tokens, sent.held_logprobs = [], []
         return delta
