@@ -37,6 +37,8 @@ def triton_attention(
     split_len: keys per decode split; by default chosen from the batch and the GPU's SM count.
     """
     check_device(query)
+    if query.stride(-1) != 1:
+        query = query.contiguous()  # the kernels read head_dim as one contiguous row; other strides are free
     ops = kernels()
     plan = meta.plan
     if not isinstance(plan, TritonPlan) or plan.requested_split != split_len:

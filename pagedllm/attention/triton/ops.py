@@ -11,6 +11,7 @@ def triton_write_kv(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tens
     key, value: [num_tokens, num_kv_heads, head_dim]; slot_mapping: [num_tokens] int64.
     """
     check_device(kv_cache)
+    key, value = (x if x.stride(-1) == 1 else x.contiguous() for x in (key, value))
     kernels()["kv_write"].launch_write_kv(key, value, kv_cache, slot_mapping)
 
 

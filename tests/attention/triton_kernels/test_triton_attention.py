@@ -5,7 +5,7 @@ import torch
 
 from attn_helpers import dense_attention, make_batch
 from kernel_helpers import batch_on
-from pagedllm.attention import paged_attention
+from pagedllm.attention import AttentionMetadata, paged_attention
 from pagedllm.attention.triton import triton_attention
 
 HEADS = [(4, 4), (9, 3), (8, 2)]  # query heads per KV head: 1, 3, 4
@@ -89,3 +89,21 @@ def test_work_lists_route_by_query_length() -> None:
     decode, rows, tile_seq, tile_start = work_lists([1, 5, 0, 1, 2], block_m=2)
     assert (decode, rows) == ([0, 3], [0, 6])
     assert (tile_seq, tile_start) == ([1, 1, 1, 4], [0, 2, 4, 0])
+
+
+def test_query_as_a_strided_view(device: torch.device) -> None:
+    """The model's query is a view of a fused projection: rows further apart than heads * head_dim."""
+    batch = make_batch([(12, 1), (3, 9)], 9, 3, 16, seed=4)
+    fused = torch.cat([batch.query, torch.randn(batch.query.shape[0], 6, 16)], dim=1)  # [T, 9 + 2*3, d]
+    on_device = batch_on(batch, device)
+    query = fused.to(device)[:, :9]
+    out = triton_attention(query, on_device.kv_cache, on_device.meta, batch.scale)
+    reference = paged_attention(batch.query, batch.kv_cache, batch.meta, batch.scale, impl="reference")
+    torch.testing.assert_close(out.cpu(), reference, rtol=1e-5, atol=1e-5)
+
+
+def test_empty_batch(device: torch.device) -> None:
+    batch = batch_on(make_batch([(4, 1)], 4, 2, 16), device)
+    meta = AttentionMetadata.build([], [], [], 16, device=device)
+    out = triton_attention(batch.query[:0], batch.kv_cache, meta, batch.scale)
+    assert out.shape == (0, 4, 16)
