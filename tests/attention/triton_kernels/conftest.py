@@ -5,6 +5,7 @@ PAGEDLLM_TRITON_DEVICE=cuda (scripts/gpu_check.sh).
 library (tl.zeros, tl.max, ...) when triton.language is first imported, pagedllm's kernels when they are
 first used (pagedllm/attention/triton/loader.py). So this file imports triton under the variable and puts
 the variable back, and each test here sets it again only while it runs; the other tests never see it.
+(triton's library then stays interpreted for the session: no other test runs triton code on the CPU.)
 The folder is not named "triton": on sys.path it would shadow a missing triton package.
 """
 

@@ -12,8 +12,8 @@ HEADS = [(4, 4), (9, 3), (8, 2)]  # query heads per KV head: 1, 3, 4
 
 
 def check(specs: list[tuple[int, int]], heads: tuple[int, int], block_size: int, device: torch.device,
-          split_len: int | None = None, seed: int = 0) -> None:
-    batch = make_batch(specs, *heads, block_size, seed=seed)
+          split_len: int | None = None, seed: int = 0, head_dim: int = 16) -> None:
+    batch = make_batch(specs, *heads, block_size, head_dim=head_dim, seed=seed)
     on_device = batch_on(batch, device)
     out = triton_attention(on_device.query, on_device.kv_cache, on_device.meta, batch.scale, split_len=split_len)
     reference = paged_attention(batch.query, batch.kv_cache, batch.meta, batch.scale, impl="reference")
@@ -45,6 +45,11 @@ def test_prefill_with_cached_prefixes(heads: tuple[int, int], block_size: int, d
 @pytest.mark.parametrize("heads", HEADS)
 def test_mixed_batch(heads: tuple[int, int], device: torch.device) -> None:
     check([(20, 1), (0, 19), (45, 1), (17, 6), (0, 1)], heads, 16, device, split_len=16, seed=heads[0])
+
+
+def test_sizes_not_powers_of_two(device: torch.device) -> None:
+    # blocks of 12 and head_dim 24: positions split across blocks by division, head_dim padded to 32 and masked
+    check([(30, 1), (0, 14), (13, 11), (5, 1)], (6, 2), 12, device, split_len=20, seed=12, head_dim=24)
 
 
 def test_prompt_longer_than_one_query_tile(device: torch.device) -> None:
