@@ -49,6 +49,8 @@ void paged_attention_op(torch::Tensor out, const torch::Tensor& query, const tor
                   query_start_loc.size(0) == seq_lens.size(0) + 1,
               "block_tables, seq_lens and query_start_loc disagree on the number of sequences");
   TORCH_CHECK(query.size(2) == kv_cache.size(4), "query and kv_cache head_dim differ");
+  TORCH_CHECK(supports_head_dim(query.size(2)), "paged_attention supports head_dim 16, 32, 64 and 128, got ",
+              query.size(2));
   TORCH_CHECK(query.size(1) % kv_cache.size(1) == 0, "query heads must be a multiple of KV heads");
   PagedAttentionArgs args{query.data_ptr(), query.stride(0), kv_cache.data_ptr(), out.data_ptr(),
                           block_tables.data_ptr<int64_t>(), block_tables.size(1), seq_lens.data_ptr<int64_t>(),
@@ -153,6 +155,7 @@ torch::Tensor silu_mul_op(const torch::Tensor& x) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "pagedllm's compiled CPU kernels";
+  m.def("supports_head_dim", &pagedllm::supports_head_dim, "whether paged_attention has a kernel for this head_dim");
   m.def("paged_attention", &pagedllm::paged_attention_op, "attention of a mixed batch through block tables");
   m.def("write_kv", &pagedllm::write_kv_op, "store new K/V rows at their slots (-1 = skip)");
   m.def("copy_blocks", &pagedllm::copy_blocks_op, "copy blocks src[i] -> dst[i] in every cache");

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -25,9 +26,13 @@ namespace {
 
 constexpr int64_t kKeyTile = 16;          // keys scored together
 constexpr int64_t kRowsPerTile = 48;      // target rows (tokens x group heads) of one tile
-constexpr int64_t kTransposeMinRows = 8;  // from this many rows on, a transposed key tile pays for itself
 constexpr int64_t kAutoPartition = 256;   // keys per part when splitting for idle threads
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+#ifdef __AVX512F__
+constexpr int64_t kVectorBudget = 16;
+#else
+constexpr int64_t kVectorBudget = 4;
+#endif
 
 struct Tile {
   int64_t seq, kv_head;
@@ -96,38 +101,44 @@ WorkList make_work(const PagedAttentionArgs& a) {
 }
 
 struct Scratch {
-  std::vector<float> q, m, l, acc, scores, keys_t, k_rows, v_rows;
-  std::vector<int64_t> limit;
-  const float* k_ptr[kKeyTile];  // the current key tile's rows, as float32 (the cache itself, or converted)
-  const float* v_ptr[kKeyTile];
+  std::vector<float> q_rows;    // [rows][dim], scaled
+  std::vector<float> q_lanes;   // [dim][padded rows]: the same, rows in vector lanes
+  std::vector<float> scores;    // [kKeyTile][padded rows]: scores, then probabilities
+  std::vector<float> acc;       // [rows][dim]: unnormalised output
+  std::vector<float> m, l, alpha, limit;  // [padded rows]; limit: the last key position a row may see
+  const void* k_rows[kKeyTile];  // the current key tile's K and V rows, in the cache
+  const void* v_rows[kKeyTile];
+
+  void resize(int64_t rows, int64_t padded, int64_t dim) {
+    q_rows.resize(rows * dim);
+    q_lanes.resize(dim * padded);
+    scores.resize(kKeyTile * padded);
+    acc.resize(rows * dim);
+    for (auto* v : {&m, &l, &alpha, &limit}) v->resize(padded);
+  }
 };
 
-Scratch& thread_scratch(int64_t rows, int64_t dim) {
+Scratch& thread_scratch() {
   thread_local Scratch s;
-  s.q.resize(rows * dim);
-  s.acc.resize(rows * dim);
-  s.m.resize(rows);
-  s.l.resize(rows);
-  s.limit.resize(rows);
-  s.scores.resize(rows * kKeyTile);
-  s.keys_t.resize(dim * kKeyTile);
-  s.k_rows.resize(kKeyTile * dim);
-  s.v_rows.resize(kKeyTile * dim);
   return s;
 }
 
-// One instantiation per cache dtype T and head dim (kDim = 0: any head dim, known at run time).
-template <typename T, int kDim>
+// One instantiation per cache dtype T and head dim (kChunks vectors of 16 floats).
+template <typename T, int kChunks>
 class Kernel {
  public:
+  static constexpr int64_t kDim = kChunks * kLanes;
+  // rows whose outputs stay in registers: 16 of the 32 AVX-512 registers, or 8 of AVX2's 16 (a 16-float
+  // vector is one AVX-512 register, two AVX2 ones)
+  static constexpr int64_t kRowBlock = std::clamp<int64_t>(kVectorBudget / kChunks, 1, 4);
+
   explicit Kernel(const PagedAttentionArgs& a)
-      : a_(a), dim_(kDim > 0 ? kDim : a.head_dim), group_(group_size(a)),
-        cache_(static_cast<const T*>(a.kv_cache)),
-        value_offset_(a.num_kv_heads * a.num_blocks * a.block_size * (kDim > 0 ? kDim : a.head_dim)) {}
+      : a_(a), group_(group_size(a)), cache_(static_cast<const T*>(a.kv_cache)),
+        value_offset_(a.num_kv_heads * a.num_blocks * a.block_size * kDim) {}
 
   void run() {
     const WorkList w = make_work(a_);
-    const int64_t slot_stride = w.max_rows * (dim_ + 2);
+    const int64_t slot_stride = w.max_rows * (kDim + 2);
     std::vector<float> partials(w.num_slots * slot_stride);
     parallel_dynamic(static_cast<int64_t>(w.parts.size()), [&](int64_t i) {
       const Part& p = w.parts[i];
@@ -146,28 +157,37 @@ class Kernel {
 
  private:
   const PagedAttentionArgs& a_;
-  const int64_t dim_, group_;
+  const int64_t group_;
   const T* cache_;
   const int64_t value_offset_;
 
   int64_t rows(const Tile& t) const { return (t.token_end - t.token_begin) * group_; }
+  static int64_t padded(int64_t rows) { return (rows + kLanes - 1) / kLanes * kLanes; }
   int64_t token_index(const Tile& t, int64_t r) const {
     return a_.query_start_loc[t.seq] + t.token_begin + r / group_;
   }
   int64_t head_index(const Tile& t, int64_t r) const { return t.kv_head * group_ + r % group_; }
 
-  void run_part(const Tile& t, int64_t key_begin, int64_t key_end, float* partial) {
-    const int64_t num_rows = rows(t);
-    Scratch& s = thread_scratch(num_rows, dim_);
-    load_queries(t, s);
+  void run_part(const Tile& t, int64_t key_begin, int64_t key_end, float* partial) const {
+    const int64_t num_rows = rows(t), width = padded(num_rows);
+    const bool lanes = num_rows >= kLanes / 2;  // enough rows to fill vector lanes: score rows x one key
+    Scratch& s = thread_scratch();
+    s.resize(num_rows, width, kDim);
+    load_queries(t, s, num_rows, width, lanes);
     for (int64_t key0 = key_begin; key0 < key_end; key0 += kKeyTile) {
-      // rows are ordered by position: rows before `first` cannot see key0 or anything after it
+      // rows are ordered by position: rows before `first` see no key from key0 on
       const int64_t first = std::max<int64_t>(0, key0 - t.first_key_pos) * group_;
       if (first >= num_rows) break;
       const int64_t n = std::min(kKeyTile, key_end - key0);
-      load_keys(t, key0, n, s);
-      score(s, first, num_rows, n);
-      update(s, first, num_rows, key0, n);
+      point_at_keys(t, key0, n, s);
+      if (key0 + kKeyTile < key_end) prefetch_keys(t, key0 + kKeyTile, std::min(kKeyTile, key_end - key0 - kKeyTile));
+      const int64_t first_vec = first / kLanes;
+      if (lanes)
+        score_lanes(s, width, first_vec, n);
+      else
+        score_rows(s, width, first, num_rows, n);
+      softmax_step(s, width, first_vec, key0, n);
+      accumulate(s, width, first_vec * kLanes, num_rows, n);
     }
     if (partial != nullptr)
       save_partial(s, num_rows, partial);
@@ -175,160 +195,170 @@ class Kernel {
       write_rows(t, s.acc.data(), s.l.data(), num_rows);
   }
 
-  void load_queries(const Tile& t, Scratch& s) {
+  void load_queries(const Tile& t, Scratch& s, int64_t num_rows, int64_t width, bool lanes) const {
     const T* query = static_cast<const T*>(a_.query);
-    for (int64_t r = 0; r < rows(t); ++r) {
-      const T* src = query + token_index(t, r) * a_.query_token_stride + head_index(t, r) * dim_;
-      float* dst = s.q.data() + r * dim_;
-      for (int64_t d = 0; d < dim_; ++d) dst[d] = to_float(src[d]) * a_.scale;
-      s.limit[r] = t.first_key_pos + r / group_;
+    for (int64_t r = 0; r < width; ++r) {
+      s.limit[r] = r < num_rows ? static_cast<float>(t.first_key_pos + r / group_) : -1.0f;  // -1: padding
       s.m[r] = kNegInf;
       s.l[r] = 0.0f;
     }
-    std::fill(s.acc.begin(), s.acc.begin() + rows(t) * dim_, 0.0f);
+    for (int64_t r = 0; r < num_rows; ++r) {
+      const T* src = query + token_index(t, r) * a_.query_token_stride + head_index(t, r) * kDim;
+      for (int64_t c = 0; c < kChunks; ++c) store16(s.q_rows.data() + r * kDim + c * kLanes, load16(src + c * kLanes) * a_.scale);
+    }
+    std::fill(s.acc.begin(), s.acc.begin() + num_rows * kDim, 0.0f);
+    if (!lanes) return;
+    for (int64_t d = 0; d < kDim; ++d)
+      for (int64_t r = 0; r < width; ++r) s.q_lanes[d * width + r] = r < num_rows ? s.q_rows[r * kDim + d] : 0.0f;
   }
 
-  // Point s.k_ptr/s.v_ptr at key rows key0 .. key0+n-1 (float32 rows: the cache itself or converted copies).
-  void load_keys(const Tile& t, int64_t key0, int64_t n, Scratch& s) {
+  // K row of position pos; V is value_offset_ further. Positions walk blocks without a division per key.
+  template <typename F>
+  void for_each_key(const Tile& t, int64_t key0, int64_t n, const F& f) const {
     const int64_t* table = a_.block_tables + t.seq * a_.block_table_width;
+    int64_t block = key0 / a_.block_size, offset = key0 % a_.block_size;
+    const T* head = cache_ + t.kv_head * a_.num_blocks * a_.block_size * kDim;
     for (int64_t j = 0; j < n; ++j) {
-      const int64_t pos = key0 + j;
-      const int64_t block = table[pos / a_.block_size];
-      const T* k = cache_ + ((t.kv_head * a_.num_blocks + block) * a_.block_size + pos % a_.block_size) * dim_;
-      const T* v = k + value_offset_;
-      if constexpr (std::is_same_v<T, float>) {
-        s.k_ptr[j] = k;
-        s.v_ptr[j] = v;
-      } else {
-        float* kf = s.k_rows.data() + j * dim_;
-        float* vf = s.v_rows.data() + j * dim_;
-        for (int64_t d = 0; d < dim_; ++d) kf[d] = to_float(k[d]);
-        for (int64_t d = 0; d < dim_; ++d) vf[d] = to_float(v[d]);
-        s.k_ptr[j] = kf;
-        s.v_ptr[j] = vf;
+      f(j, head + (table[block] * a_.block_size + offset) * kDim);
+      if (++offset == a_.block_size) {
+        offset = 0;
+        ++block;
       }
     }
   }
 
-  // scores[r][j] = q_r . k_j for rows [first, num_rows)
-  void score(Scratch& s, int64_t first, int64_t num_rows, int64_t n) {
-    if (num_rows - first < kTransposeMinRows) {
-      for (int64_t r = first; r < num_rows; ++r)
-        for (int64_t j = 0; j < n; ++j) s.scores[r * kKeyTile + j] = dot(s.q.data() + r * dim_, s.k_ptr[j]);
-      return;
-    }
-    float* kt = s.keys_t.data();  // [dim][kKeyTile]: one vector of keys per query element
-    for (int64_t j = 0; j < kKeyTile; ++j)
-      for (int64_t d = 0; d < dim_; ++d) kt[d * kKeyTile + j] = j < n ? s.k_ptr[j][d] : 0.0f;
-    int64_t r = first;
-    for (; r + 4 <= num_rows; r += 4) score4(s.q.data() + r * dim_, kt, s.scores.data() + r * kKeyTile);
-    for (; r < num_rows; ++r) score1(s.q.data() + r * dim_, kt, s.scores.data() + r * kKeyTile);
+  void point_at_keys(const Tile& t, int64_t key0, int64_t n, Scratch& s) const {
+    for_each_key(t, key0, n, [&](int64_t j, const T* k) {
+      s.k_rows[j] = k;
+      s.v_rows[j] = k + value_offset_;
+    });
   }
 
-  float dot(const float* x, const float* y) const {
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t d = 0; d < dim_; ++d) sum += x[d] * y[d];
-    return sum;
+  // Blocks lie anywhere in the pool, so the hardware prefetcher cannot guess the next tile's rows.
+  void prefetch_keys(const Tile& t, int64_t key0, int64_t n) const {
+    for_each_key(t, key0, n, [&](int64_t, const T* k) {
+      for (int64_t line = 0; line < kDim * static_cast<int64_t>(sizeof(T)); line += 64) {
+        __builtin_prefetch(reinterpret_cast<const char*>(k) + line);
+        __builtin_prefetch(reinterpret_cast<const char*>(k + value_offset_) + line);
+      }
+    });
   }
 
-  void score4(const float* q, const float* kt, float* out) const {
-    float s0[kKeyTile] = {}, s1[kKeyTile] = {}, s2[kKeyTile] = {}, s3[kKeyTile] = {};
-    for (int64_t d = 0; d < dim_; ++d) {
-      const float* k = kt + d * kKeyTile;
-      const float q0 = q[d], q1 = q[dim_ + d], q2 = q[2 * dim_ + d], q3 = q[3 * dim_ + d];
-#pragma omp simd
-      for (int64_t j = 0; j < kKeyTile; ++j) {
-        s0[j] += q0 * k[j];
-        s1[j] += q1 * k[j];
-        s2[j] += q2 * k[j];
-        s3[j] += q3 * k[j];
+  static const T* row(const void* p) { return static_cast<const T*>(p); }
+
+  // Many rows: 16 rows per vector, one key element broadcast at a time (no horizontal sums).
+  void score_lanes(Scratch& s, int64_t width, int64_t first_vec, int64_t n) const {
+    for (int64_t v = first_vec; v < width / kLanes; ++v) {
+      const float* q = s.q_lanes.data() + v * kLanes;
+      for (int64_t j = 0; j < n; j += 2) {  // two keys at once: independent accumulation chains
+        const T* k0 = row(s.k_rows[j]);
+        const T* k1 = row(s.k_rows[j + 1 < n ? j + 1 : j]);
+        f32x16 acc0{}, acc1{};
+        for (int64_t d = 0; d < kDim; ++d) {
+          const f32x16 qd = load16(q + d * width);
+          acc0 += qd * to_float(k0[d]);
+          acc1 += qd * to_float(k1[d]);
+        }
+        store16(s.scores.data() + j * width + v * kLanes, acc0);
+        if (j + 1 < n) store16(s.scores.data() + (j + 1) * width + v * kLanes, acc1);
       }
     }
-    for (int64_t j = 0; j < kKeyTile; ++j) {
-      out[j] = s0[j];
-      out[kKeyTile + j] = s1[j];
-      out[2 * kKeyTile + j] = s2[j];
-      out[3 * kKeyTile + j] = s3[j];
+  }
+
+  // Few rows (decodes): one dot product per (row, key), each key row loaded once for all rows.
+  void score_rows(Scratch& s, int64_t width, int64_t first, int64_t num_rows, int64_t n) const {
+    for (int64_t j = 0; j < n; ++j) {
+      f32x16 key[kChunks];
+      for (int64_t c = 0; c < kChunks; ++c) key[c] = load16(row(s.k_rows[j]) + c * kLanes);
+      for (int64_t r = first; r < num_rows; ++r) {
+        const float* q = s.q_rows.data() + r * kDim;
+        f32x16 acc = load16(q) * key[0];
+        for (int64_t c = 1; c < kChunks; ++c) acc += load16(q + c * kLanes) * key[c];
+        s.scores[j * width + r] = reduce_add(acc);
+      }
     }
   }
 
-  void score1(const float* q, const float* kt, float* out) const {
-    float s0[kKeyTile] = {};
-    for (int64_t d = 0; d < dim_; ++d) {
-      const float* k = kt + d * kKeyTile;
-      const float q0 = q[d];
-#pragma omp simd
-      for (int64_t j = 0; j < kKeyTile; ++j) s0[j] += q0 * k[j];
-    }
-    for (int64_t j = 0; j < kKeyTile; ++j) out[j] = s0[j];
-  }
-
-  // Online softmax step over keys key0 .. key0+n-1, then acc += p @ v.
-  void update(Scratch& s, int64_t first, int64_t num_rows, int64_t key0, int64_t n) {
-    for (int64_t r = first; r < num_rows; ++r) {
-      const int64_t valid = std::min(n, s.limit[r] - key0 + 1);
-      float* p = s.scores.data() + r * kKeyTile;
-      float tile_max = kNegInf;
-      for (int64_t j = 0; j < valid; ++j) tile_max = std::max(tile_max, p[j]);
-      const float new_max = std::max(s.m[r], tile_max);
-      const float alpha = fast_exp(s.m[r] - new_max);
-      float sum = 0.0f;
-      for (int64_t j = 0; j < valid; ++j) {
-        p[j] = fast_exp(p[j] - new_max);
-        sum += p[j];
+  // Online softmax over keys key0 .. key0+n-1 for 16 rows at a time; scores become probabilities.
+  void softmax_step(Scratch& s, int64_t width, int64_t first_vec, int64_t key0, int64_t n) const {
+    for (int64_t v = first_vec; v < width / kLanes; ++v) {
+      const int64_t at = v * kLanes;
+      const f32x16 limit = load16(s.limit.data() + at);
+      f32x16 tile_max = splat(kNegInf);
+      for (int64_t j = 0; j < n; ++j) {
+        float* p = s.scores.data() + j * width + at;
+        const f32x16 masked = splat(static_cast<float>(key0 + j)) <= limit ? load16(p) : splat(kNegInf);
+        store16(p, masked);
+        tile_max = vmax(tile_max, masked);
       }
-      s.l[r] = s.l[r] * alpha + sum;
-      s.m[r] = new_max;
-      accumulate(s.acc.data() + r * dim_, alpha, p, valid, s.v_ptr);
+      const f32x16 old_max = load16(s.m.data() + at);
+      const f32x16 new_max = vmax(old_max, tile_max);
+      const f32x16 shift = new_max == kNegInf ? f32x16{} : new_max;  // a row with no key yet stays empty
+      const f32x16 alpha = fast_exp(old_max - shift);
+      f32x16 sum{};
+      for (int64_t j = 0; j < n; ++j) {
+        float* p = s.scores.data() + j * width + at;
+        const f32x16 e = fast_exp(load16(p) - shift);
+        store16(p, e);
+        sum += e;
+      }
+      store16(s.l.data() + at, load16(s.l.data() + at) * alpha + sum);
+      store16(s.m.data() + at, new_max);
+      store16(s.alpha.data() + at, alpha);
     }
   }
 
-  void accumulate(float* acc, float alpha, const float* p, int64_t valid, const float* const* v_rows) const {
-    if constexpr (kDim > 0) {
-      float reg[kDim];  // kept in vector registers across the keys
-      for (int64_t d = 0; d < kDim; ++d) reg[d] = acc[d] * alpha;
-      for (int64_t j = 0; j < valid; ++j) {
-        const float pj = p[j];
-        const float* v = v_rows[j];
-#pragma omp simd
-        for (int64_t d = 0; d < kDim; ++d) reg[d] += pj * v[d];
-      }
-      for (int64_t d = 0; d < kDim; ++d) acc[d] = reg[d];
-    } else {
-      for (int64_t d = 0; d < dim_; ++d) acc[d] *= alpha;
-      for (int64_t j = 0; j < valid; ++j) {
-        const float pj = p[j];
-        const float* v = v_rows[j];
-#pragma omp simd
-        for (int64_t d = 0; d < dim_; ++d) acc[d] += pj * v[d];
+  // acc_r = alpha_r acc_r + sum_j p_rj v_j, up to kRowBlock rows at a time with their outputs in registers.
+  void accumulate(Scratch& s, int64_t width, int64_t first, int64_t num_rows, int64_t n) const {
+    for (int64_t r0 = first; r0 < num_rows; r0 += kRowBlock) {
+      switch (std::min(kRowBlock, num_rows - r0)) {
+        case 1: accumulate_rows<1>(s, width, r0, n); break;
+        case 2: accumulate_rows<2>(s, width, r0, n); break;
+        case 3: accumulate_rows<3>(s, width, r0, n); break;
+        default: accumulate_rows<kRowBlock>(s, width, r0, n); break;
       }
     }
+  }
+
+  template <int kRows>
+  void accumulate_rows(Scratch& s, int64_t width, int64_t r0, int64_t n) const {
+    f32x16 out[kRows][kChunks];
+    for (int64_t b = 0; b < kRows; ++b)
+      for (int64_t c = 0; c < kChunks; ++c) out[b][c] = load16(s.acc.data() + (r0 + b) * kDim + c * kLanes) * s.alpha[r0 + b];
+    for (int64_t j = 0; j < n; ++j) {
+      const T* v = row(s.v_rows[j]);
+      const float* p = s.scores.data() + j * width + r0;
+      for (int64_t c = 0; c < kChunks; ++c) {
+        const f32x16 vc = load16(v + c * kLanes);
+        for (int64_t b = 0; b < kRows; ++b) out[b][c] += vc * p[b];
+      }
+    }
+    for (int64_t b = 0; b < kRows; ++b)
+      for (int64_t c = 0; c < kChunks; ++c) store16(s.acc.data() + (r0 + b) * kDim + c * kLanes, out[b][c]);
   }
 
   // partial layout per row: acc [dim], then m, then l
   void save_partial(const Scratch& s, int64_t num_rows, float* partial) const {
     for (int64_t r = 0; r < num_rows; ++r) {
-      float* row = partial + r * (dim_ + 2);
-      std::copy(s.acc.begin() + r * dim_, s.acc.begin() + (r + 1) * dim_, row);
-      row[dim_] = s.m[r];
-      row[dim_ + 1] = s.l[r];
+      float* dst = partial + r * (kDim + 2);
+      std::copy(s.acc.begin() + r * kDim, s.acc.begin() + (r + 1) * kDim, dst);
+      dst[kDim] = s.m[r];
+      dst[kDim + 1] = s.l[r];
     }
   }
 
-  void merge_parts(const Tile& t, const float* partials, int64_t slot_stride) {
+  void merge_parts(const Tile& t, const float* partials, int64_t slot_stride) const {
     const int64_t num_rows = rows(t);
-    std::vector<float> acc(num_rows * dim_, 0.0f), sums(num_rows, 0.0f);
+    std::vector<float> acc(num_rows * kDim, 0.0f), sums(num_rows, 0.0f);
     for (int64_t r = 0; r < num_rows; ++r) {
       float big_m = kNegInf;
-      for (int64_t p = 0; p < t.num_parts; ++p) big_m = std::max(big_m, partials[p * slot_stride + r * (dim_ + 2) + dim_]);
-      float* out = acc.data() + r * dim_;
+      for (int64_t p = 0; p < t.num_parts; ++p)
+        big_m = std::max(big_m, partials[p * slot_stride + r * (kDim + 2) + kDim]);
       for (int64_t p = 0; p < t.num_parts; ++p) {
-        const float* row = partials + p * slot_stride + r * (dim_ + 2);
-        const float w = fast_exp(row[dim_] - big_m);  // 0 for a part the row saw no key of (m = -inf)
-        sums[r] += w * row[dim_ + 1];
-#pragma omp simd
-        for (int64_t d = 0; d < dim_; ++d) out[d] += w * row[d];
+        const float* part = partials + p * slot_stride + r * (kDim + 2);
+        const float w = fast_exp(part[kDim] - big_m);  // 0 for a part the row saw no key of (m = -inf)
+        sums[r] += w * part[kDim + 1];
+        for (int64_t d = 0; d < kDim; ++d) acc[r * kDim + d] += w * part[d];
       }
     }
     write_rows(t, acc.data(), sums.data(), num_rows);
@@ -337,9 +367,9 @@ class Kernel {
   void write_rows(const Tile& t, const float* acc, const float* sums, int64_t num_rows) const {
     T* out = static_cast<T*>(a_.out);
     for (int64_t r = 0; r < num_rows; ++r) {
-      T* dst = out + (token_index(t, r) * a_.num_heads + head_index(t, r)) * dim_;
+      T* dst = out + (token_index(t, r) * a_.num_heads + head_index(t, r)) * kDim;
       const float inv = 1.0f / sums[r];  // every row sees at least its own key, so sums[r] > 0
-      for (int64_t d = 0; d < dim_; ++d) store(dst + d, acc[r * dim_ + d] * inv);
+      for (int64_t c = 0; c < kChunks; ++c) store16(dst + c * kLanes, load16(acc + r * kDim + c * kLanes) * inv);
     }
   }
 };
@@ -347,9 +377,11 @@ class Kernel {
 template <typename T>
 void dispatch(const PagedAttentionArgs& a) {
   switch (a.head_dim) {
-    case 64: Kernel<T, 64>(a).run(); break;
-    case 128: Kernel<T, 128>(a).run(); break;
-    default: Kernel<T, 0>(a).run(); break;
+    case 16: Kernel<T, 1>(a).run(); break;
+    case 32: Kernel<T, 2>(a).run(); break;
+    case 64: Kernel<T, 4>(a).run(); break;
+    case 128: Kernel<T, 8>(a).run(); break;
+    default: throw std::invalid_argument("paged_attention supports head_dim 16, 32, 64 and 128");
   }
 }
 

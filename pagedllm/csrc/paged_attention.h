@@ -19,7 +19,11 @@ struct PagedAttentionArgs {
   int64_t partition_size;  // keys per split of a long key range; 0 = split only when threads would idle
 };
 
-// query, cache and out share one dtype.
+inline bool supports_head_dim(int64_t head_dim) {
+  return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
+}
+
+// query, cache and out share one dtype; head_dim must be supported.
 void paged_attention_f32(const PagedAttentionArgs& args);
 void paged_attention_bf16(const PagedAttentionArgs& args);
 

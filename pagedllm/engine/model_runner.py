@@ -2,14 +2,18 @@
 tensors, runs the model once over all of it, and returns logits for the positions that will be sampled."""
 
 import itertools
+import logging
 from dataclasses import dataclass
 
 import torch
 
 from pagedllm.attention import AttentionMetadata, allocate_kv_caches, copy_blocks, kv_cache_bytes_per_block
+from pagedllm.attention.compiled import compiled_copy_blocks
 from pagedllm.config import parse_memory_size  # noqa: F401  (one parser for the whole project; re-exported)
 from pagedllm.errors import InvalidInputError
 from pagedllm.model.config import ModelConfig
+
+logger = logging.getLogger("pagedllm")
 
 
 @dataclass(slots=True)
@@ -42,13 +46,18 @@ class ModelRunner:
             raise InvalidInputError(f"num_blocks and block_size must be positive, got {num_blocks}, {block_size}")
         self.model, self.config = model, config
         self.num_blocks, self.block_size = num_blocks, block_size
-        self.attention_impl = resolve_attention_impl(attention_impl)
+        self.attention_impl = resolve_attention_impl(attention_impl, config.head_dim, dtype)
         self.kv_caches: list[torch.Tensor] = allocate_kv_caches(
             config.num_layers, num_blocks, block_size, config.num_kv_heads, config.head_dim, dtype
         )
 
     def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
-        copy_blocks(self.kv_caches, copies)
+        if not copies:
+            return
+        if self.attention_impl == "compiled":
+            compiled_copy_blocks(self.kv_caches, copies)
+        else:
+            copy_blocks(self.kv_caches, copies)
 
     def execute(self, seqs: list[SeqInput]) -> torch.Tensor:
         """float32 logits [number of seqs with needs_logits, vocab], in input order."""
@@ -85,13 +94,24 @@ class ModelRunner:
             )
 
 
-def resolve_attention_impl(impl: str) -> str:
-    """Validate early (at construction, not mid-step); "auto" lets the attention package pick its fastest path."""
+def resolve_attention_impl(impl: str, head_dim: int, dtype: torch.dtype) -> str:
+    """Validate early (at construction, not mid-step) and decide what "auto" means for this model here:
+    the compiled kernels when they loaded and cover the head size and dtype, else the torch path."""
     from pagedllm.attention import IMPLS
+    from pagedllm.kernels import load_cpu_kernels
 
     if impl not in IMPLS:
         raise InvalidInputError(f"unknown attention impl {impl!r}; choose one of {', '.join(IMPLS)}")
-    return impl
+    if impl not in ("auto", "compiled"):
+        return impl
+    kernels = load_cpu_kernels()
+    if kernels is not None and kernels.supports_head_dim(head_dim) and dtype in (torch.float32, torch.bfloat16):
+        return "compiled"
+    if impl == "compiled":
+        raise InvalidInputError(f"the compiled CPU kernels are unavailable for head_dim {head_dim}, {dtype} here")
+    if kernels is not None:
+        logger.info("compiled kernels have no path for head_dim %d / %s; using the torch attention", head_dim, dtype)
+    return "fast"
 
 
 def num_blocks_for_memory(config: ModelConfig, block_size: int, dtype: torch.dtype, budget: str | int) -> int:

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pagedllm.model import compiled_ops
 from pagedllm.model.config import ModelConfig, RopeScaling
 from pagedllm.model.projection import Projection
 
@@ -15,6 +16,10 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.eps = eps
+
+    def forward_compiled(self, hidden: torch.Tensor, residual: torch.Tensor) -> None:
+        """In place: residual += hidden, then hidden = self(residual)."""
+        compiled_ops.add_rms_norm(hidden, residual, self.weight, self.eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [T, hidden]; normalise in float32 like the reference, scale in the weight dtype
@@ -85,6 +90,11 @@ class SwiGLUMLP(nn.Module):
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
         gate, up = self.gate_up(x).chunk(2, dim=-1)
         return self.down(F.silu(gate) * up)
+
+    def forward_compiled(self, x: torch.Tensor) -> torch.Tensor:
+        gate_up = self.gate_up(x) if self.gate_up is not None else torch.cat([self.gate_proj(x), self.up_proj(x)], -1)
+        act = compiled_ops.silu_mul(gate_up)  # [T, intermediate]
+        return self.down(act) if self.down is not None else self.down_proj(act)
 
 
 def fuse_linears(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from pagedllm.attention import AttentionMetadata, paged_attention, write_kv
+from pagedllm.model import compiled_ops as ops
 from pagedllm.model.config import ModelConfig
 from pagedllm.model.layers import RMSNorm, RotaryEmbedding, SwiGLUMLP, apply_rotary, fuse_linears
 from pagedllm.model.projection import Projection, can_pack
@@ -56,6 +57,21 @@ class Attention(nn.Module):
         out = out.reshape(num_tokens, self.num_heads * self.head_dim)
         return self.o_proj(out) if self.out is None else self.out(out)
 
+    def forward_compiled(
+        self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor], kv_cache: torch.Tensor, meta: AttentionMetadata
+    ) -> torch.Tensor:
+        """The compiled path: rotary in place on q/k views of the qkv output, then the paged kernels."""
+        num_tokens = x.shape[0]
+        q, k, v = self.project_qkv(x)  # views into one [T, (H + 2 KVH) D] tensor once fused
+        q = q.view(num_tokens, self.num_heads, self.head_dim)  # [T, H, D], rows strided
+        k = k.view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, KVH, D]
+        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
+        ops.rotary(q, *cos_sin)
+        ops.rotary(k, *cos_sin)
+        out = ops.attention(q, k, v, kv_cache, meta, self.scale)  # [T, H, D] contiguous
+        out = out.view(num_tokens, self.num_heads * self.head_dim)
+        return self.o_proj(out) if self.out is None else self.out(out)
+
 
 class DecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
@@ -68,6 +84,16 @@ class DecoderLayer(nn.Module):
     def forward(self, x, cos_sin, kv_cache, meta, attention_impl: str) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos_sin, kv_cache, meta, attention_impl)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    def forward_compiled(
+        self, hidden: torch.Tensor, residual: torch.Tensor, cos_sin, kv_cache, meta
+    ) -> torch.Tensor:
+        """hidden: the previous sublayer's output; residual: the stream so far. Both [T, hidden], updated in
+        place (residual += hidden, then hidden = norm(residual)); returns this layer's MLP output."""
+        self.input_layernorm.forward_compiled(hidden, residual)
+        hidden = self.self_attn.forward_compiled(hidden, cos_sin, kv_cache, meta)
+        self.post_attention_layernorm.forward_compiled(hidden, residual)
+        return self.mlp.forward_compiled(hidden)
 
 
 class LlamaModel(nn.Module):
@@ -100,9 +126,20 @@ class LlamaForCausalLM(nn.Module):
         """Final-normed hidden states [T, hidden]; writes each layer's new K/V into kv_caches."""
         x = self.model.embed_tokens(input_ids)  # [T, hidden]
         cos_sin = self.rotary.cos_sin(positions, x.dtype)
+        if attention_impl == "compiled":
+            return self._forward_compiled(x, cos_sin, kv_caches, meta)
         for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
             x = layer(x, cos_sin, kv_cache, meta, attention_impl)
         return self.model.norm(x)
+
+    def _forward_compiled(self, x, cos_sin, kv_caches, meta) -> torch.Tensor:
+        """Same maths with the compiled kernels: the residual stream is kept apart from each sublayer's
+        output so that every residual add is fused into the RMSNorm that follows it."""
+        residual, hidden = x, torch.zeros_like(x)  # residual += 0 leaves the embeddings as they are
+        for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
+            hidden = layer.forward_compiled(hidden, residual, cos_sin, kv_cache, meta)
+        self.model.norm.forward_compiled(hidden, residual)
+        return hidden
 
     def fuse_projections(self) -> "LlamaForCausalLM":
         """Call after the weights are in place (load_model does); packs float32 weights for oneDNN."""

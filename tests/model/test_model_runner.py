@@ -65,7 +65,7 @@ def test_input_errors(loaded):
     with pytest.raises(InvalidInputError, match="at least one"):
         runner.execute([SeqInput([], 0, [0])])
     with pytest.raises(InvalidInputError, match="unknown attention impl"):
-        ModelRunner(*loaded, num_blocks=4, block_size=4, dtype=torch.float32, attention_impl="fast")
+        ModelRunner(*loaded, num_blocks=4, block_size=4, dtype=torch.float32, attention_impl="nope")
 
 
 @pytest.mark.parametrize(
