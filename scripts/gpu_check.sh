@@ -3,7 +3,7 @@
 #
 # Runs where torch, triton and pytest are installed (any versions) but not the server's or GGUF's
 # packages (fastapi, uvicorn, pydantic, gguf, openai): no step imports them, and nothing is downloaded.
-# Run from anywhere: scripts/gpu_check.sh [OUT_DIR]. Each step's log goes to OUT_DIR/<step>.log and one
+# Run from anywhere: scripts/gpu_check.sh [OUT_DIR] (default: $OUT, else /tmp/pagedllm_gpu_check). Each step's log goes to OUT_DIR/<step>.log and one
 # line per step to OUT_DIR/summary.txt; the exit status is non-zero if any step failed.
 #
 # Steps so far:
@@ -12,7 +12,7 @@ set -u -o pipefail
 
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-OUT_DIR=${1:-${OUT:-gpu_check_out}}
+OUT_DIR=${1:-${OUT:-${TMPDIR:-/tmp}/pagedllm_gpu_check}}
 mkdir -p "$OUT_DIR"
 : > "$OUT_DIR/summary.txt"
 failed=0
