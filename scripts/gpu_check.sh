@@ -3,8 +3,9 @@
 #
 # Runs where torch, triton and pytest are installed (any versions) but not the server's or GGUF's
 # packages (fastapi, uvicorn, pydantic, gguf, openai): no step imports them, and nothing is downloaded.
-# Run from anywhere: scripts/gpu_check.sh [OUT_DIR] (default: $OUT, else /tmp/pagedllm_gpu_check). Each step's log goes to OUT_DIR/<step>.log and one
-# line per step to OUT_DIR/summary.txt; the exit status is non-zero if any step failed.
+# Run from anywhere: scripts/gpu_check.sh [OUT_DIR] (default: $OUT, else /tmp/pagedllm_gpu_check).
+# Each step's log goes to OUT_DIR/<step>.log and one line per step to OUT_DIR/summary.txt; the exit
+# status is non-zero if any step failed.
 #
 # Steps so far:
 #   kernels  the Triton kernel tests (tests/attention/triton_kernels) compiled on CUDA, no interpreter.
