@@ -19,7 +19,7 @@ def parse_memory_size(text: str | int) -> int:
     return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
 
 
-DTYPES = ("float32", "bfloat16")
+DTYPES = ("auto", "float32", "bfloat16")
 ALLOCATORS = ("paged", "contiguous")
 PREEMPTION_MODES = ("recompute", "swap")
 
@@ -34,7 +34,9 @@ class EngineConfig:
     """Every engine option. `LLM(**options)` takes these names; the commands take them as --kebab-case."""
 
     model: str | None = option(None, "HF directory or .gguf file (default: the built-in SmolLM2-135M-Instruct)")
-    dtype: str = option("float32", "weights and KV cache dtype", DTYPES)
+    dtype: str = option(
+        "auto", "weights and KV cache dtype; auto = bfloat16 where the CPU has native bf16, else float32", DTYPES
+    )
     block_size: int = option(16, "tokens per KV block")
     kv_cache_memory: str | int = option("2GiB", "memory for the KV pool, e.g. 2GiB; ignored when --num-blocks is set")
     num_blocks: int | None = option(None, "KV pool size in blocks (default: from --kv-cache-memory)")
@@ -48,7 +50,9 @@ class EngineConfig:
     allocator: str = option(
         "paged", "contiguous: admit a request only with a max-length contiguous reservation (the baseline)", ALLOCATORS
     )
-    attention_impl: str = option("auto", "auto, reference or blockwise")
+    attention_impl: str = option(
+        "auto", "auto (compiled kernels where they build, else fast), compiled, fast, reference or blockwise"
+    )
     served_model_name: str | None = option(None, "model name reported by the API (default: the file name)")
     max_n: int = option(16, "largest n / beam width a request may ask for")
     seed: int = option(0, "engine seed for requests without their own")

@@ -84,6 +84,12 @@ def config_summary(config: EngineConfig) -> dict:
     }
 
 
+def resolved_choices(engine) -> dict:
+    """What "auto" stood for in this run (dtype, attention path)."""
+    return {"resolved_dtype": str(engine.dtype).removeprefix("torch."),
+            "resolved_attention_impl": engine.runner.attention_impl}  # fmt: skip
+
+
 def warm_up(engine) -> None:
     """One short request so first-step costs (thread pools, allocator growth) stay out of the timing."""
     from pagedllm.sampling_params import SamplingParams
@@ -142,7 +148,7 @@ def _result(engine, workload, label, elapsed, before, samples, finished) -> RunR
         mean_running_seqs=_mean_running(samples),
         ttft=summarize(ttfts),
         tpot=summarize(tpots),
-        config=config_summary(engine.config),
+        config=config_summary(engine.config) | resolved_choices(engine),
         samples=samples,
     )
 

@@ -16,6 +16,17 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+
+
+def cpu_isa() -> list[str]:
+    """The vector-instruction flags that decide the kernels' and dtype's paths, as the CPU reports them."""
+    from pagedllm.kernels import cpu_flags
+
+    present = set(cpu_flags())
+    return [flag for flag in ISA_FLAGS if flag in present]
+
+
 def git_commit() -> str | None:
     """The repository's HEAD (with '-dirty' when the tree has changes), or None outside a checkout."""
     root = Path(__file__).resolve().parents[2]
@@ -43,6 +54,7 @@ def environment() -> dict:
         "torch_version": torch.__version__,
         "threads": torch.get_num_threads(),
         "cpu_model": cpu_model(),
+        "cpu_isa": cpu_isa(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
     }

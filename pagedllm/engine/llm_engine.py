@@ -22,11 +22,11 @@ from pagedllm.engine.swap import SwapSpace
 from pagedllm.engine.text_stage import detokenize
 from pagedllm.errors import InvalidInputError
 from pagedllm.kv.manager import KVCacheManager
+from pagedllm.model.dtype import describe_dtype, resolve_dtype
 from pagedllm.sampling_params import SamplingParams
 
 logger = logging.getLogger("pagedllm")
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 _MAX_DEFAULT_LEN = 8192
 
 
@@ -37,7 +37,7 @@ class LLMEngine:
 
         self.config = config = config or EngineConfig()
         path = config.model or str(_default_model())
-        self.dtype = _DTYPES[config.dtype]
+        self.dtype = resolve_dtype(config.dtype)
         self.model, self.model_config = load_model(path, self.dtype)
         self.tokenizer = load_tokenizer(path)
         self.model_name = config.served_model_name or _model_name(path)
@@ -200,6 +200,7 @@ class LLMEngine:
     def _log_capacity(self) -> None:
         from pagedllm.attention import kv_cache_bytes_per_block
 
+        logger.info("dtype %s; attention %s", describe_dtype(self.config.dtype, self.dtype), self.runner.attention_impl)
         mc, kv = self.model_config, self.kv
         per_block = kv_cache_bytes_per_block(mc.num_layers, kv.block_size, mc.num_kv_heads, mc.head_dim, self.dtype)
         logger.info(
@@ -208,7 +209,7 @@ class LLMEngine:
             kv.block_size,
             kv.num_blocks * kv.block_size,
             kv.num_blocks * per_block / 2**20,
-            self.config.dtype,
+            str(self.dtype).removeprefix("torch."),
             kv.num_blocks // -(-self.max_model_len // kv.block_size),
             self.max_model_len,
         )

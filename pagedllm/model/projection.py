@@ -8,9 +8,14 @@ Packing copies the weight once; the dense weight stays the model's parameter (st
 import torch
 import torch.nn.functional as F
 
+from pagedllm.model.dtype import has_native_bf16
+
 
 def can_pack(dtype: torch.dtype) -> bool:
-    return dtype == torch.float32 and torch.backends.mkldnn.is_available()
+    """float32 always (oneDNN); bfloat16 only where the CPU computes it natively (else it is emulated)."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    return dtype == torch.float32 or (dtype == torch.bfloat16 and has_native_bf16())
 
 
 class Projection:

@@ -23,7 +23,7 @@ def fake_config(**overrides: Any) -> EngineConfig:
 
 
 def real_config(model_dir: Any) -> EngineConfig:
-    return EngineConfig(model=str(model_dir), block_size=4, num_blocks=512, max_num_seqs=32,
+    return EngineConfig(model=str(model_dir), dtype="float32", block_size=4, num_blocks=512, max_num_seqs=32,
                         max_num_batched_tokens=256, max_model_len=256, max_n=4, served_model_name="tiny-llama")
 
 
