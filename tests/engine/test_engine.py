@@ -14,7 +14,8 @@ GREEDY = dict(temperature=0.0, ignore_eos=True)
 
 
 def make_engine(model_dir, **overrides) -> LLMEngine:
-    options = dict(model=str(model_dir), num_blocks=256, block_size=4, max_num_batched_tokens=64)
+    options = dict(model=str(model_dir), num_blocks=256, block_size=4, max_num_batched_tokens=64,
+                   dtype="float32")  # transformers is the float32 oracle
     options.update(overrides)
     return LLMEngine(EngineConfig(**options))
 
