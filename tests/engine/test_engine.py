@@ -131,15 +131,6 @@ def test_parallel_sampling_stores_prompt_once(tiny_llama_dir):
     assert engine.kv.num_used_blocks == 0
 
 
-def test_parallel_sampling_returns_n_distinct_completions(tiny_llama_dir):
-    engine = make_engine(tiny_llama_dir)
-    params = SamplingParams(n=4, max_tokens=12, temperature=1.0, seed=11, ignore_eos=True)
-    (out,) = run_all(engine, random_prompts(1, seed=8), params)
-    assert [c.index for c in out.outputs] == [0, 1, 2, 3]
-    assert all(len(c.token_ids) == 12 for c in out.outputs)
-    assert len({tuple(c.token_ids) for c in out.outputs}) > 1
-
-
 def test_seeded_sampling_same_alone_and_in_a_full_batch(tiny_llama_dir):
     prompt = random_prompts(1, seed=9)[0]
     seeded = SamplingParams(max_tokens=20, temperature=0.9, top_p=0.9, seed=1234, ignore_eos=True)

@@ -1,0 +1,127 @@
+"""Requests' lives through the whole engine on a tiny random model: admission limits, beams under a small
+budget, the offline API's order and all-or-nothing batches, aborts in swap space, per-step deltas."""
+
+import pytest
+from test_engine import GREEDY, make_engine, random_prompts, run_all, tokens
+
+from pagedllm.engine import output_stage
+from pagedllm.entrypoints.llm import LLM
+from pagedllm.errors import InvalidInputError
+from pagedllm.sampling_params import SamplingParams
+
+
+def step_until_done(engine, max_steps: int = 500) -> list:
+    outputs = []
+    for _ in range(max_steps):
+        if not engine.has_unfinished_requests():
+            return outputs
+        outputs += engine.step()
+    pytest.fail(f"requests still unfinished after {max_steps} steps (starved?)")
+
+
+def test_beam_search_with_a_prompt_over_twice_the_step_budget_finishes(tiny_llama_dir):
+    prompt = random_prompts(1, seed=20, low=40, high=40)[0]
+    params = SamplingParams(use_beam_search=True, beam_width=3, n=2, max_tokens=6, temperature=0.0, ignore_eos=True)
+    roomy = run_all(make_engine(tiny_llama_dir, max_num_batched_tokens=256), [prompt], params)[0]
+    engine = make_engine(tiny_llama_dir, max_num_batched_tokens=16)
+    engine.add_request("beam", prompt, params)
+    engine.add_request("other", random_prompts(1, seed=21)[0], SamplingParams(max_tokens=30, **GREEDY))
+    done = {o.request_id: o for o in step_until_done(engine) if o.finished}
+    assert [c.token_ids for c in done["beam"].outputs] == [c.token_ids for c in roomy.outputs]
+    assert engine.kv.num_used_blocks == 0
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+def test_max_num_seqs_is_exact(tiny_llama_dir, limit):
+    engine = make_engine(tiny_llama_dir, max_num_seqs=limit)
+    for i, prompt in enumerate(random_prompts(6, seed=22)):
+        engine.add_request(f"r{i}", prompt, SamplingParams(max_tokens=4, **GREEDY))
+    finish_order, running = [], []
+    while engine.has_unfinished_requests():
+        finish_order += [o.request_id for o in engine.step() if o.finished]
+        running.append(engine.stats().running_seqs_last)
+    assert max(running) == limit and engine.stats().running_seqs_peak == limit
+    if limit == 1:
+        assert finish_order == [f"r{i}" for i in range(6)]  # one at a time, in arrival order
+
+
+def test_a_prompt_of_exactly_max_model_len_tokens_is_rejected(tiny_llama_dir):
+    engine = make_engine(tiny_llama_dir, max_model_len=32)
+    with pytest.raises(InvalidInputError, match="maximum context length is 32"):
+        engine.add_request("full", list(range(5, 37)), SamplingParams(max_tokens=1))
+    assert not engine.has_unfinished_requests()
+    engine.add_request("fits", list(range(5, 36)), SamplingParams(max_tokens=5, **GREEDY))
+    (out,) = [o for o in step_until_done(engine) if o.finished]
+    assert len(out.outputs[0].token_ids) == 1 and out.outputs[0].finish_reason == "length"
+
+
+def test_generate_returns_outputs_in_prompt_order(tiny_llama_dir):
+    llm = LLM(model=str(tiny_llama_dir), num_blocks=256, block_size=4)
+    prompts = random_prompts(5, seed=23)
+    lengths = [20, 2, 9, 1, 5]  # later prompts finish first
+    outs = llm.generate(prompts, [SamplingParams(max_tokens=n, **GREEDY) for n in lengths], use_tqdm=False)
+    assert [o.prompt_token_ids for o in outs] == prompts
+    assert [len(o.outputs[0].token_ids) for o in outs] == lengths
+
+
+def test_generate_with_a_bad_prompt_raises_and_leaves_no_request_behind(tiny_llama_dir):
+    llm = LLM(model=str(tiny_llama_dir), num_blocks=256, block_size=4)
+    good = random_prompts(1, seed=24)[0]
+    with pytest.raises(InvalidInputError, match="token ids"):
+        llm.generate([good, [10**6]], SamplingParams(max_tokens=3, **GREEDY), use_tqdm=False)
+    assert not llm.engine.has_unfinished_requests() and llm.engine.requests == {}
+    assert llm.engine.kv.num_used_blocks == 0
+    (out,) = llm.generate([good], SamplingParams(max_tokens=3, **GREEDY), use_tqdm=False)
+    assert len(out.outputs[0].token_ids) == 3
+
+
+def test_aborting_a_swapped_out_request_empties_its_swap_space(tiny_llama_dir):
+    engine = make_engine(tiny_llama_dir, num_blocks=24, preemption_mode="swap")
+    for i, prompt in enumerate(random_prompts(6, seed=25, low=20, high=30)):
+        engine.add_request(f"r{i}", prompt, SamplingParams(max_tokens=40, **GREEDY))
+    swapped = []
+    while not swapped:
+        assert engine.has_unfinished_requests(), "the pool was meant to run out"
+        engine.step()
+        swapped = [r for r in engine.requests.values() if any(s.seq_id in engine.swap_space for s in r.seqs)]
+    victim = swapped[-1]
+    held = len(engine.swap_space)
+    engine.abort_request(victim.request_id)
+    assert len(engine.swap_space) == held - len(victim.seqs)
+    assert all(s.seq_id not in engine.swap_space for s in victim.seqs)
+    step_until_done(engine)
+    assert len(engine.swap_space) == 0 and engine.kv.num_used_blocks == 0
+
+
+def test_each_parallel_sample_equals_its_seeded_stream_run_alone(tiny_llama_dir, monkeypatch):
+    """Completion i of a seeded n > 1 request draws from stream (seed, i). Run alone as n = 1, the same
+    stream must give the same tokens: the shared prompt blocks (and their copy-on-write copies) are right."""
+    prompt = random_prompts(1, seed=26, low=41, high=41)[0]  # 41 tokens: a partly filled, shared tail block
+    params = dict(max_tokens=12, temperature=1.0, ignore_eos=True)
+    (out,) = run_all(make_engine(tiny_llama_dir), [prompt], SamplingParams(n=4, seed=11, **params))
+    real = output_stage.make_generator
+    alias = 1000  # seed 1000 + i, run alone, draws from stream (11, i)
+    monkeypatch.setattr(output_stage, "make_generator", lambda seed, index=0: real(11, seed - alias) if seed >= alias
+                        else real(seed, index))
+    alone = [tokens(run_all(make_engine(tiny_llama_dir), [prompt], SamplingParams(seed=alias + i, **params)))[0]
+             for i in range(4)]
+    assert [c.token_ids for c in out.outputs] == alone
+    assert len({tuple(t) for t in alone}) == 4
+
+
+def test_outputs_carry_each_steps_additions_once(tiny_llama_dir):
+    engine = make_engine(tiny_llama_dir)
+    params = SamplingParams(n=2, max_tokens=10, temperature=1.0, seed=3, logprobs=2, stop=["a"], ignore_eos=True)
+    engine.add_request("d", random_prompts(1, seed=27)[0], params)
+    text, ids, logprobs = ["", ""], [[], []], [[], []]
+    outputs = step_until_done(engine)
+    for output in outputs:
+        for c in output.outputs:
+            text[c.index] += c.new_text
+            ids[c.index] += c.new_token_ids
+            logprobs[c.index] += c.new_logprobs
+    final = outputs[-1]
+    # one output per step: the prefill samples the first token, each later step one more
+    assert final.finished and len(outputs) == max(len(c.token_ids) for c in final.outputs)
+    assert text == [c.text for c in final.outputs] and ids == [c.token_ids for c in final.outputs]
+    assert logprobs == [c.logprobs for c in final.outputs]
