@@ -9,7 +9,7 @@ from pagedllm.kv.prefix import BlockKey
 
 
 class OutOfBlocksError(RuntimeError):
-    """More blocks were asked of the pool than are free: a caller skipped its can_allocate check."""
+    """More blocks were asked of the pool than are free: a caller took more than allocate() checked for."""
 
 
 @dataclass(slots=True, eq=False)

@@ -58,8 +58,7 @@ class ContiguousAllocator:
                 return i
         return None
 
-    # --- paired ask / act ---------------------------------------------------------------------
-    def can_allocate(self, prompt_len: int, max_tokens: int) -> bool:
+    def _fits(self, prompt_len: int, max_tokens: int) -> bool:
         size = self.reservation_size(prompt_len, max_tokens)
         return prompt_len <= size and self._first_fit(size) is not None
 
@@ -69,7 +68,7 @@ class ContiguousAllocator:
         """Reserve one run for the request and mark its prompt used; None when no run fits."""
         if seq_id in self._seqs:
             raise ValueError(f"sequence {seq_id} already holds a reservation")
-        if not self.can_allocate(prompt_len, max_tokens):
+        if not self._fits(prompt_len, max_tokens):
             return None
         size = self.reservation_size(prompt_len, max_tokens)
         run = self._free[self._first_fit(size)]  # type: ignore[index]

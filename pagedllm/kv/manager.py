@@ -1,7 +1,7 @@
 """KVCacheManager: block tables over one BlockPool, with prefix caching and copy-on-write.
 
-The scheduler asks can_allocate() (pure) before allocate(); allocate() returns None without mutating
-anything when the request does not fit, so the scheduler can preempt instead.
+Admission is one call: allocate() takes the slots, or returns None without changing anything when they
+do not fit (or a prefix hit went stale), so the scheduler can preempt or wait instead.
 """
 
 from dataclasses import dataclass, field
@@ -90,10 +90,6 @@ class KVCacheManager:
         return PrefixHit(blocks, len(blocks) * self.block_size)
 
     # ---- admission -----------------------------------------------------------------------------------
-
-    def can_allocate(self, seq_id: SeqId, num_new_tokens: int, prefix: PrefixHit | None = None) -> bool:
-        self._check_count(num_new_tokens)
-        return self._blocks_to_take(seq_id, num_new_tokens, prefix) <= self.pool.num_free_blocks
 
     def _blocks_to_take(self, seq_id: SeqId, num_new_tokens: int, prefix: PrefixHit | None) -> int:
         """Free blocks the allocation would consume (including free-but-cached hit blocks it adopts)."""

@@ -158,19 +158,17 @@ def test_fork_shares_hashes_so_children_fill_blocks_that_get_cached():
     m.check_invariants()
 
 
-def test_no_fit_returns_false_and_none_without_mutation():
+def test_no_fit_returns_none_without_mutation():
     m = KVCacheManager(3, 2)
     m.allocate("a", [1, 2, 3, 4, 5], 5)
     m.free("a")
     hit = m.lookup_prefix([1, 2, 3, 4, 9, 9, 9])
     assert hit.blocks == [0, 1]
     # adopting two free cached blocks consumes them: 2 + 2 new > 3 free
-    assert m.can_allocate("b", 3, hit) is False
     before = state(m)
     assert m.allocate("b", [1, 2, 3, 4, 9, 9, 9], 3, hit) is None
     assert state(m) == before and not m.has_seq("b")
-    assert m.can_allocate("b", 2, hit) is True
-    assert m.allocate("b", [1, 2, 3, 4, 9, 9, 9], 2, hit) == Allocation([2], [])
+    assert m.allocate("b", [1, 2, 3, 4, 9, 9, 9], 2, hit) == Allocation([2], [])  # 2 adopted + 1 new = 3
     m.check_invariants()
 
 
@@ -179,13 +177,11 @@ def test_cow_needs_one_extra_block():
     m.allocate("p", [1, 2, 3], 3)
     m.fork("p", "c")
     assert m.num_free_blocks == 0
-    assert m.can_allocate("c", 1) is False
     before = state(m)
     assert m.allocate("c", [1, 2, 3, 4], 1) is None
     assert state(m) == before
     m.free("p")
-    assert m.can_allocate("c", 1) is True  # tail no longer shared: written in place
-    assert m.allocate("c", [1, 2, 3, 4], 1) == Allocation([], [])
+    assert m.allocate("c", [1, 2, 3, 4], 1) == Allocation([], [])  # tail no longer shared: written in place
 
 
 def test_stats_and_snapshot():
@@ -225,8 +221,6 @@ def test_bad_inputs_are_user_facing_errors():
     m.allocate("a", [1, 2, 3], 3)
     with pytest.raises(InvalidInputError, match=">= 0"):
         m.allocate("a", [1, 2, 3], -1)
-    with pytest.raises(InvalidInputError, match=">= 0"):
-        m.can_allocate("a", -1)
     with pytest.raises(InvalidInputError, match="unknown sequence 'zz'"):
         m.fork("zz", "b")
     with pytest.raises(InvalidInputError, match="already exists"):
@@ -262,7 +256,7 @@ def test_stale_prefix_hit_returns_none_without_mutation():
     with pytest.raises(InvalidInputError, match="outside the pool"):
         m.allocate("c", [1, 2, 3], 1, PrefixHit([7], 2))
     with pytest.raises(InvalidInputError, match="outside the pool"):
-        m.can_allocate("c", 1, PrefixHit([-1], 2))
+        m.allocate("c", [1, 2, 3], 1, PrefixHit([-1], 2))
     assert m.lookup_prefix([5, 5, 5, 5, 1]).blocks == [1, 0]
     fresh = m.lookup_prefix([5, 5, 1])
     assert fresh.blocks == [1] and m.allocate("c", [5, 5, 1], 1, fresh) == Allocation([0], [])

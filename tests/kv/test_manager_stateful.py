@@ -34,6 +34,29 @@ class KVMachine(RuleBasedStateMachine):
         for pos in range(start, end):
             self.mem[table[pos // B]][pos % B] = self.tokens[sid][pos]
 
+    def _ref_cnt(self) -> dict[int, int]:
+        return {b.block_id: b.ref_cnt for b in self.m.snapshot()}
+
+    def _adopted_free(self, blocks: list[int]) -> int:
+        """Hit blocks that sit free (cached) now: adopting them takes them from the free count."""
+        refs = self._ref_cnt()
+        return sum(1 for b in blocks if refs[b] == 0)
+
+    def _blocks_to_grow(self, sid: str, start: int, n: int) -> int:
+        """New tail blocks for positions [start, start + n), plus one when the partial tail is shared (CoW)."""
+        table = self.m.block_table(sid)
+        shared_tail = start % B != 0 and n > 0 and self._ref_cnt()[table[-1]] > 1
+        return -(-(start + n) // B) - len(table) + int(shared_tail)
+
+    def _allocate_checked(self, wanted: int, sid: str, *args):
+        """allocate() is the whole admission API: it takes exactly the free blocks it needs, or nothing."""
+        free = self.m.num_free_blocks
+        alloc = self.m.allocate(sid, *args)
+        assert (alloc is not None) == (wanted <= free), (wanted, free)
+        if alloc is not None:
+            assert free - self.m.num_free_blocks == wanted
+        return alloc
+
     def _pick(self, index: int) -> str:
         ids = sorted(self.tokens)
         return ids[index % len(ids)]
@@ -48,10 +71,9 @@ class KVMachine(RuleBasedStateMachine):
         assert hit.num_tokens < len(prompt) and hit.num_tokens == len(hit.blocks) * B
         n = min(chunk, len(prompt) - hit.num_tokens)
         sid = self._new_id()
-        fits = self.m.can_allocate(sid, n, hit)
+        wanted = self._adopted_free(hit.blocks) + -(-(hit.num_tokens + n) // B) - len(hit.blocks)
         before = self.m.snapshot()
-        alloc = self.m.allocate(sid, prompt, n, hit, extra)
-        assert (alloc is not None) == fits
+        alloc = self._allocate_checked(wanted, sid, prompt, n, hit, extra)
         if alloc is None:
             assert self.m.snapshot() == before and not self.m.has_seq(sid)
             return
@@ -67,10 +89,8 @@ class KVMachine(RuleBasedStateMachine):
         if start == len(self.tokens[sid]):
             self.tokens[sid].append(token)  # decode: the sampled token's KV is computed next step
         n = min(chunk, len(self.tokens[sid]) - start)
-        fits = self.m.can_allocate(sid, n)
         before = self.m.snapshot()
-        alloc = self.m.allocate(sid, self.tokens[sid], n)
-        assert (alloc is not None) == fits
+        alloc = self._allocate_checked(self._blocks_to_grow(sid, start, n), sid, self.tokens[sid], n)
         if alloc is None:
             assert self.m.snapshot() == before
             return
