@@ -1,0 +1,233 @@
+"""The compiled paged-attention kernel (pagedllm/csrc/paged_attention.cpp) against the float64 dense oracle
+and the torch reference: the issue's grid (GQA groups, head dims, block sizes, contexts up to 2048, mixed
+batches, shared blocks, forced and automatic splits), bfloat16, strided queries and bad metadata."""
+
+import random
+
+import pytest
+import torch
+
+from attn_helpers import Batch, dense_attention, make_batch
+from pagedllm.attention import AttentionMetadata, allocate_kv_caches, paged_attention, write_kv
+from pagedllm.attention.compiled import compiled_attention
+from pagedllm.kernels import build, load_cpu_kernels
+
+F32_TOL = dict(rtol=1e-5, atol=1e-5)
+BF16_TOL = dict(rtol=1e-2, atol=1e-2)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def require_kernels() -> None:
+    """Skip only where the machine has no compiler; a compiler that fails to build them is a failure."""
+    if build.compiler() is None:
+        pytest.skip("no C++ compiler: the compiled kernels cannot exist here (tests/engine/test_kernel_fallback.py)")
+    assert load_cpu_kernels() is not None, "a C++ compiler is present but the kernels did not build (see the log)"
+
+
+def mixed_specs(seed: int, max_cached: int = 300) -> list[tuple[int, int]]:
+    """(num_cached, query_len): a prompt, a chunked prefill after a cached prefix, a one-token prompt, decodes."""
+    rng = random.Random(seed)
+    specs = [(0, rng.randint(2, 70)), (rng.randint(1, max_cached), rng.randint(2, 40)), (0, 1)]
+    specs += [(rng.randint(1, max_cached), 1) for _ in range(3)]
+    rng.shuffle(specs)
+    return specs
+
+
+def heads_for(group: int) -> tuple[int, int]:
+    """(query heads, KV heads) with the given GQA group: two KV heads, so tiles of several heads are mixed."""
+    return group * 2, 2
+
+
+def check(batch: Batch, partition_size: int = 0, tol: dict = F32_TOL) -> torch.Tensor:
+    out = compiled_attention(batch.query, batch.kv_cache, batch.meta, batch.scale, partition_size)
+    assert out.shape == batch.query.shape and out.dtype == batch.query.dtype
+    torch.testing.assert_close(out.double(), dense_attention(batch), **tol)
+    return out
+
+
+@pytest.mark.parametrize("block_size", [1, 16, 32, 128])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("group", [1, 3, 4, 8])
+def test_grid_mixed_batch_matches_dense_and_reference(group: int, head_dim: int, block_size: int) -> None:
+    seed = group * 1000 + head_dim + block_size
+    batch = make_batch(mixed_specs(seed), *heads_for(group), block_size, head_dim=head_dim, seed=seed)
+    out = check(batch)
+    ref = paged_attention(batch.query, batch.kv_cache, batch.meta, batch.scale, impl="reference")
+    torch.testing.assert_close(out, ref, **F32_TOL)
+
+
+@pytest.mark.parametrize("head_dim", [16, 32])
+def test_small_head_dims(head_dim: int) -> None:
+    check(make_batch(mixed_specs(head_dim), 6, 2, 16, head_dim=head_dim, seed=head_dim))
+
+
+@pytest.mark.parametrize(
+    "specs,block_size",
+    [
+        ([(0, 1)], 16),  # the shortest context
+        ([(1, 1), (15, 1), (16, 1), (17, 1), (31, 1), (32, 1)], 16),  # around block boundaries
+        ([(126, 1), (127, 1), (128, 1), (129, 1)], 128),
+        ([(2047, 1), (1000, 1), (5, 1)], 16),  # decodes up to 2048
+        ([(2047, 1)], 1),
+        ([(1900, 148)], 32),  # a chunk ending at 2048 over a long cached prefix
+        ([(0, 2048)], 128),  # a 2048-token prompt
+        ([(0, 1001), (333, 1)], 32),  # not multiples of the block
+    ],
+)
+def test_context_lengths(specs: list[tuple[int, int]], block_size: int) -> None:
+    batch = make_batch(specs, 4, 1, block_size, head_dim=64, seed=len(specs) + block_size)
+    check(batch)
+
+
+@pytest.mark.parametrize("partition_size", [1, 16, 48, 50])
+@pytest.mark.parametrize("block_size", [16, 32])
+def test_forced_split_matches_dense(partition_size: int, block_size: int) -> None:
+    """48 is not a multiple of 32, 50 of neither block: parts start and end inside blocks, and the chunked
+    prefill's early rows see no key at all in the later parts (m = -inf partials in the merge)."""
+    seed = partition_size + block_size
+    batch = make_batch(mixed_specs(seed, max_cached=500), 9, 3, block_size, head_dim=64, seed=seed)
+    check(batch, partition_size)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("block_size", [16, 128])
+def test_automatic_split_of_a_single_long_decode(threads: int, block_size: int) -> None:
+    """One decode has fewer tiles than threads want, so the kernel splits its keys by itself and merges."""
+    batch = make_batch([(2047, 1)], 8, 1, block_size, head_dim=128, seed=block_size)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        out = check(batch)
+        unsplit = compiled_attention(batch.query, batch.kv_cache, batch.meta, batch.scale, partition_size=4096)
+    finally:
+        torch.set_num_threads(before)
+    torch.testing.assert_close(out, unsplit, **F32_TOL)
+
+
+def test_result_does_not_depend_on_the_thread_count() -> None:
+    batch = make_batch(mixed_specs(3, max_cached=1500), 8, 2, 16, head_dim=64, seed=3)
+    before = torch.get_num_threads()
+    try:
+        outs = []
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            outs.append(compiled_attention(batch.query, batch.kv_cache, batch.meta, batch.scale))
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+
+
+def shared_prefix_batch(block_size: int, seed: int = 0) -> Batch:
+    """Four sequences over one pool. A, B and C point at the same two physical blocks for a common prefix;
+    C is a fork of A that also shares A's partially filled third block; D shares nothing.
+    A decodes, B runs a prefill chunk over the shared prefix, C decodes another token, D is a prompt."""
+    gen = torch.Generator().manual_seed(seed)
+    num_kv_heads, head_dim, num_blocks = 2, 64, 24
+    cache = allocate_kv_caches(1, num_blocks, block_size, num_kv_heads, head_dim, torch.float32)[0]
+    cache.normal_(generator=gen)
+    free = torch.randperm(num_blocks, generator=gen).tolist()
+    take = lambda tokens: [free.pop() for _ in range(-(-tokens // block_size))]  # noqa: E731
+    rand = lambda n: torch.randn(n, num_kv_heads, head_dim, generator=gen)  # noqa: E731
+    shared, a_rest = take(2 * block_size), take(block_size + 3)
+    tables = [shared + a_rest, shared + take(block_size + 2), shared + a_rest[: -(-3 // block_size)], take(5)]
+    prefix_k, prefix_v = rand(2 * block_size + 3), rand(2 * block_size + 3)
+    tail_k, tail_v, b_k, b_v = rand(block_size), rand(block_size), rand(block_size + 2), rand(block_size + 2)
+    keys = [torch.cat([prefix_k, tail_k]), torch.cat([prefix_k[: 2 * block_size], b_k]), prefix_k, rand(5)]
+    values = [torch.cat([prefix_v, tail_v]), torch.cat([prefix_v[: 2 * block_size], b_v]), prefix_v, rand(5)]
+    for table, k, v in zip(tables, keys, values):  # shared blocks are written more than once, same rows
+        write_kv(k, v, cache, AttentionMetadata.build([table], [0], [len(k)], block_size).slot_mapping)
+    query_lens = [1, block_size + 2, 1, 5]
+    meta = AttentionMetadata.build(tables, [len(k) - q for k, q in zip(keys, query_lens)], query_lens, block_size)
+    query = torch.randn(sum(query_lens), 3 * num_kv_heads, head_dim, generator=gen)
+    return Batch(query, cache, meta, keys, values, head_dim**-0.5)
+
+
+@pytest.mark.parametrize("partition_size", [0, 16])
+@pytest.mark.parametrize("block_size", [1, 16])
+def test_sequences_sharing_blocks(block_size: int, partition_size: int) -> None:
+    batch = shared_prefix_batch(block_size, seed=block_size)
+    tables = batch.meta.block_tables
+    assert tables[0, :2].tolist() == tables[1, :2].tolist() == tables[2, :2].tolist()
+    check(batch, partition_size)
+
+
+def test_nan_in_unused_slots_never_leaks() -> None:
+    """Slots past every sequence's length (tail of the last block, free blocks) hold NaN: a masked key that
+    were multiplied by a zero probability would still poison the output."""
+    batch = make_batch(mixed_specs(21), 8, 2, 16, head_dim=64, seed=21)
+    used = AttentionMetadata.build(
+        batch.meta.block_tables.tolist(), [0] * batch.meta.num_seqs, batch.meta.seq_lens_list, 16
+    ).slot_mapping
+    flat = batch.kv_cache.view(2, 2, -1, 64)
+    unused = torch.ones(flat.shape[2], dtype=torch.bool)
+    unused[used] = False
+    flat[:, :, unused] = float("nan")
+    out = check(batch)
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("partition_size", [0, 48])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("group,block_size", [(1, 1), (3, 16), (4, 32), (8, 128)])
+def test_bfloat16_cache(group: int, block_size: int, head_dim: int, partition_size: int) -> None:
+    seed = group + block_size + head_dim
+    batch = make_batch(
+        mixed_specs(seed, max_cached=700), *heads_for(group), block_size, head_dim, torch.bfloat16, seed
+    )
+    check(batch, partition_size, BF16_TOL)
+
+
+def test_bfloat16_agrees_with_reference() -> None:
+    batch = make_batch(mixed_specs(8), 9, 3, 16, head_dim=64, dtype=torch.bfloat16, seed=8)
+    out = compiled_attention(batch.query, batch.kv_cache, batch.meta, batch.scale)
+    ref = paged_attention(batch.query, batch.kv_cache, batch.meta, batch.scale, impl="reference")
+    torch.testing.assert_close(out.float(), ref.float(), **BF16_TOL)
+
+
+def test_strided_query_view_of_qkv() -> None:
+    """The model passes q as a view into its fused qkv output: token rows further apart than heads * dim."""
+    batch = make_batch(mixed_specs(4), 9, 3, 16, head_dim=64, seed=4)
+    tokens, heads, dim = batch.query.shape
+    qkv = torch.randn(tokens, (heads + 6) * dim)
+    qkv[:, : heads * dim] = batch.query.reshape(tokens, -1)
+    strided = qkv[:, : heads * dim].view(tokens, heads, dim)
+    assert not strided.is_contiguous()
+    out = compiled_attention(strided, batch.kv_cache, batch.meta, batch.scale)
+    assert torch.equal(out, compiled_attention(batch.query, batch.kv_cache, batch.meta, batch.scale))
+
+
+def test_empty_batch() -> None:
+    cache = allocate_kv_caches(1, 4, 16, 2, 64, torch.float32)[0]
+    meta = AttentionMetadata.build([], [], [], 16)
+    out = compiled_attention(torch.empty(0, 4, 64), cache, meta, 0.125)
+    assert out.shape == (0, 4, 64)
+
+
+def test_block_id_past_the_pool_raises() -> None:
+    batch = make_batch([(40, 1)], 4, 1, 16, head_dim=64)
+    batch.meta.block_tables[0, 1] = batch.kv_cache.shape[2]
+    with pytest.raises(ValueError, match="past the pool"):
+        compiled_attention(batch.query, batch.kv_cache, batch.meta, batch.scale)
+
+
+def test_block_table_too_narrow_raises() -> None:
+    batch = make_batch([(40, 1)], 4, 1, 16, head_dim=64)
+    batch.meta.block_tables = batch.meta.block_tables[:, :2].contiguous()  # 32 positions for 41 tokens
+    with pytest.raises(ValueError, match="cannot hold 41"):
+        compiled_attention(batch.query, batch.kv_cache, batch.meta, batch.scale)
+
+
+def test_unsupported_head_dim_raises() -> None:
+    batch = make_batch([(10, 2)], 4, 2, 16, head_dim=48)
+    with pytest.raises(RuntimeError, match="head_dim 16, 32, 64 and 128"):
+        compiled_attention(batch.query, batch.kv_cache, batch.meta, batch.scale)
+
+
+def test_mismatched_dtypes_and_heads_raise() -> None:
+    batch = make_batch([(10, 2)], 4, 2, 16, head_dim=64)
+    with pytest.raises(RuntimeError, match="share one dtype"):
+        compiled_attention(batch.query.bfloat16(), batch.kv_cache, batch.meta, batch.scale)
+    with pytest.raises(RuntimeError, match="float32 or bfloat16"):
+        compiled_attention(batch.query.half(), batch.kv_cache.half(), batch.meta, batch.scale)
+    with pytest.raises(RuntimeError, match="multiple of KV heads"):
+        compiled_attention(batch.query[:, :3], batch.kv_cache, batch.meta, batch.scale)
