@@ -30,9 +30,12 @@ def test_throughput_with_hf_baseline_writes_json(tiny_llama_dir, tmp_path, capsy
     stats = data["workload"]
     assert stats["num_requests"] == 6 and stats["prompt_len"]["max"] + stats["output_len"]["max"] <= 256 + 128
     for run in (engine, hf):
-        assert run["output_tokens"] == stats["output_tokens"] and run["output_tokens_per_s"] > 0
+        assert run["output_tokens"] == stats["output_tokens"]
+        assert run["output_tokens_per_s"] == pytest.approx(run["output_tokens"] / run["elapsed_s"])
+        assert run["total_tokens_per_s"] == pytest.approx((run["prompt_tokens"] + run["output_tokens"]) / run["elapsed_s"])
     assert 0 < engine["peak_blocks_used"] <= engine["num_blocks"]
-    assert len(engine["kv_timeline"]["blocks_used"]) == engine["steps"] > 0
+    assert len(engine["kv_timeline"]["blocks_used"]) == engine["steps"] >= stats["output_len"]["max"]  # a token a step
+    assert engine["peak_running_seqs"] == max(engine["kv_timeline"]["running_seqs"]) >= 1
     assert engine["ttft_s"]["count"] == 6 and engine["num_preemptions"] == 0
     assert hf["config"]["batch_size"] == 4
     ratio = data["ratios"]["pagedllm / transformers"]
