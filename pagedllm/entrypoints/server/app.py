@@ -24,7 +24,7 @@ def create_app(engine: AsyncEngine, metrics: ServerMetrics, shutdown_timeout: fl
 
     With `api_key`, every route but /health needs it; bodies past `max_request_bytes` get a 413.
     """
-    prompts = PromptProcessor(engine.tokenizer, engine.vocab_size)
+    prompts = PromptProcessor(engine.tokenizer, engine.vocab_size, engine.max_model_len)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

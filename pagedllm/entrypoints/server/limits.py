@@ -24,9 +24,13 @@ def check_sampling(params: SamplingParams, vocab_size: int) -> None:
 
 def check_prompt_length(prompt_len: int, param: str, max_model_len: int) -> None:
     if prompt_len >= max_model_len:
-        raise APIError(400, f"This model's maximum context length is {max_model_len} tokens, but the prompt "
-                            f"alone has {prompt_len}; shorten it so at least one token is left for the completion.",
-                       param=param)
+        raise prompt_too_long(str(prompt_len), param, max_model_len)
+
+
+def prompt_too_long(count: str, param: str, max_model_len: int) -> APIError:
+    return APIError(400, f"This model's maximum context length is {max_model_len} tokens, but the prompt "
+                         f"alone has {count}; shorten it so at least one token is left for the completion.",
+                    param=param)
 
 
 def check_completion_budget(prompt_len: int, max_tokens: int | None, param: str, max_model_len: int) -> None:

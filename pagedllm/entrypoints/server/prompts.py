@@ -1,8 +1,12 @@
 """Prompts tokenized and chat-templated in worker threads, each thread with its own tokenizer copy.
 
 The engine thread receives only token ids, already checked, so a request that is slow to
-tokenize (a prompt near the body cap) delays nobody's next token. Hugging Face fast tokenizers
-release the GIL while they encode, and are not safe to share between threads, hence the copies.
+tokenize delays nobody's next token. Hugging Face fast tokenizers release the GIL while they
+encode, and are not safe to share between threads, hence the copies.
+
+A text far longer than the context is refused after tokenizing only as much of it as it takes
+to pass the context length, piece by piece: tokenizing a body-cap-sized text in one go (and
+freeing its millions of tokens) holds the GIL long enough to delay every stream.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import asyncio
 import copy
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -21,15 +25,19 @@ from pagedllm.entrypoints.server.errors import APIError
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 WORKERS = 2
+PIECE_CHARS = 16384  # texts longer than this are counted piece by piece first
+# Tokens a cut between two pieces can add to the pieces' count (a word split in two, a
+# tokenizer's per-text prefix): what the count may overstate the whole text's by, per cut.
+CUT_SLACK = 4
 
 
 class PromptProcessor:
-    def __init__(self, tokenizer: Any, vocab_size: int, workers: int = WORKERS) -> None:
+    def __init__(self, tokenizer: Any, vocab_size: int, max_model_len: int, workers: int = WORKERS) -> None:
         self._pristine = copy.deepcopy(tokenizer)  # only ever copied, under the lock
         self._lock = threading.Lock()
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pagedllm-tokenize")
-        self.vocab_size = vocab_size
+        self.vocab_size, self.max_model_len = vocab_size, max_model_len
 
     async def completion_prompts(self, prompts: list[str | list[int]]) -> list[list[int]]:
         """Each prompt's token ids: text is tokenized, given ids are checked against the vocabulary."""
@@ -37,7 +45,11 @@ class PromptProcessor:
 
     async def chat_prompt(self, messages: list[dict[str, str]]) -> list[int]:
         """The messages through the model's chat template, with the generation prompt, as token ids."""
-        return await self._run(lambda: _apply_template(self._tokenizer(), messages))
+        def render() -> list[int]:
+            text = _render_template(self._tokenizer(), messages)
+            return self._encode(text, "messages", add_special_tokens=False)  # the template wrote them
+
+        return await self._run(render)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -49,9 +61,29 @@ class PromptProcessor:
         if isinstance(prompt, str):
             if not prompt:
                 raise APIError(400, "prompt must not be empty", param="prompt")
-            return list(self._tokenizer().encode(prompt))
+            return self._encode(prompt, "prompt", add_special_tokens=True)
         limits.check_token_ids("prompt", prompt, self.vocab_size)
         return prompt
+
+    def _encode(self, text: str, param: str, add_special_tokens: bool) -> list[int]:
+        if len(text) > PIECE_CHARS:
+            self._refuse_if_far_too_long(text, param)
+        return list(self._tokenizer().encode(text, add_special_tokens=add_special_tokens))
+
+    def _refuse_if_far_too_long(self, text: str, param: str) -> None:
+        count = 0
+        for cuts, piece in enumerate(_pieces(text, PIECE_CHARS)):
+            count += self._count(piece)
+            if count - CUT_SLACK * cuts >= self.max_model_len:
+                raise limits.prompt_too_long(f"at least {count - CUT_SLACK * cuts} tokens", param,
+                                             self.max_model_len)
+
+    def _count(self, piece: str) -> int:
+        tokenizer = self._tokenizer()
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        if backend is not None:  # the Rust encoding's length: no list of ids is built
+            return len(backend.encode_batch([piece], add_special_tokens=False)[0])
+        return len(tokenizer.encode(piece, add_special_tokens=False))
 
     def _tokenizer(self) -> Any:
         tokenizer = getattr(self._local, "tokenizer", None)
@@ -61,16 +93,25 @@ class PromptProcessor:
         return tokenizer
 
 
-def _apply_template(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+def _pieces(text: str, size: int) -> Iterator[str]:
+    """`text` in pieces of about `size` characters, cut before whitespace where there is some."""
+    start = 0
+    while start < len(text):
+        end = min(start + size, len(text))
+        if end < len(text):
+            space = max(text.rfind(" ", start + size // 2, end), text.rfind("\n", start + size // 2, end))
+            end = space if space > start else end
+        yield text[start:end]
+        start = end
+
+
+def _render_template(tokenizer: Any, messages: list[dict[str, str]]) -> str:
     from jinja2 import TemplateError
 
     try:
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     except TemplateError as exc:  # the template's own complaint (e.g. roles out of order) says what is wrong
         raise APIError(400, f"the model's chat template refused these messages: {exc}", param="messages") from None
     except Exception as exc:
         logger.debug("chat template failed", exc_info=exc)
         raise APIError(400, "the model's chat template could not render these messages", param="messages") from None
-    if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-        ids = ids["input_ids"]
-    return list(ids)

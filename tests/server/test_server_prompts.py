@@ -1,0 +1,65 @@
+"""PromptProcessor: a text refused piece by piece is really past the context; pieces cover the text."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pagedllm.entrypoints.server import prompts
+from pagedllm.entrypoints.server.errors import APIError
+
+WORDS = st.sampled_from(["block", "table", "the", "PagedAttention", "fox", "0123", "é", "日本", "\n", "  ", ",", "!"])
+TEXTS = st.lists(WORDS, min_size=1, max_size=400).map(" ".join)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from tiny import make_tiny_tokenizer
+
+    return make_tiny_tokenizer()
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=TEXTS, size=st.integers(1, 64))
+def test_pieces_cover_the_text(text: str, size: int) -> None:
+    pieces = list(prompts._pieces(text, size))
+    assert "".join(pieces) == text
+    assert all(0 < len(p) <= size for p in pieces)
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=TEXTS, context=st.integers(8, 200))
+def test_refused_texts_are_past_the_context(tokenizer, monkeypatch_module, text: str, context: int) -> None:
+    processor = prompts.PromptProcessor(tokenizer, vocab_size=384, max_model_len=context, workers=1)
+    exact = len(tokenizer.encode(text, add_special_tokens=True))
+    try:
+        ids = asyncio.run(processor.completion_prompts([text]))[0]
+    except APIError as exc:
+        assert exact >= context, (exact, context, exc.message)
+    else:
+        assert ids == tokenizer.encode(text, add_special_tokens=True)
+    finally:
+        processor.close()
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    """Small pieces, so that short texts are counted piece by piece."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(prompts, "PIECE_CHARS", 40)
+        yield patch
+
+
+def test_a_text_far_past_the_context_is_refused_early(tokenizer, monkeypatch_module) -> None:
+    processor = prompts.PromptProcessor(tokenizer, vocab_size=384, max_model_len=32, workers=1)
+    counted: list[str] = []
+    monkeypatch_module.setattr(processor, "_count", lambda piece: counted.append(piece) or len(
+        tokenizer.encode(piece, add_special_tokens=False)))
+    text = "Each sequence owns a block table. " * 500
+    with pytest.raises(APIError, match="maximum context length is 32 tokens"):
+        asyncio.run(processor.completion_prompts([text]))
+    processor.close()
+    assert sum(map(len, counted)) < len(text) // 10  # stopped long before the end

@@ -1,0 +1,106 @@
+"""A maximal request (a body at --max-request-bytes) is refused without stalling a running stream.
+
+The stream's largest gap between tokens while the big request is being refused must stay
+within a multiple of the stream's own median gap.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from pagedllm.config import EngineConfig
+from pagedllm.entrypoints.server.body_limit import DEFAULT_MAX_REQUEST_BYTES
+from server_harness import RunningServer, start_server
+
+CONTEXT = 4096
+GAP_FACTOR = 10  # the longest gap may be this many median gaps
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    from tiny import save_tiny_dir
+
+    from pagedllm.engine.llm_engine import LLMEngine
+
+    # Wider and deeper than the usual tiny model, so a step takes long enough that the machine's
+    # own scheduling noise stays a small multiple of the median gap.
+    model_dir = save_tiny_dir(tmp_path_factory.mktemp("tiny_long"), max_position_embeddings=CONTEXT,
+                              hidden_size=512, intermediate_size=2048, num_hidden_layers=6,
+                              num_attention_heads=8, num_key_value_heads=4)
+    config = EngineConfig(model=str(model_dir), block_size=16, num_blocks=600, max_num_seqs=4,
+                          max_num_batched_tokens=256, max_model_len=CONTEXT, served_model_name="tiny-long")
+    running = start_server(LLMEngine(config))
+    yield running
+    running.stop()
+
+
+def maximal_body(field: str) -> bytes:
+    """A body of exactly the default cap: a prompt (or one chat message) of a repeated sentence."""
+    text_field = "prompt" if field == "prompt" else "content"
+    template = {"prompt": "", "max_tokens": 4} if field == "prompt" else \
+        {"messages": [{"role": "user", "content": ""}], "max_tokens": 4}
+    head = json.dumps(template).encode()
+    filler = (b"Each sequence owns a block table. " * (DEFAULT_MAX_REQUEST_BYTES // 30))
+    at = head.index(f'"{text_field}": ""'.encode()) + len(text_field) + 5
+    body = head[:at] + filler[:DEFAULT_MAX_REQUEST_BYTES - len(head)] + head[at:]
+    assert len(body) == DEFAULT_MAX_REQUEST_BYTES
+    return body
+
+
+class StreamClock:
+    """Reads one long stream in a thread and stamps each chunk's arrival."""
+
+    def __init__(self, server: RunningServer) -> None:
+        self.server, self.stamps, self.stop = server, [], threading.Event()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+
+    def _read(self) -> None:
+        body = {"prompt": "hello", "max_tokens": CONTEXT - 16, "ignore_eos": True, "temperature": 0,
+                "stream": True}
+        with httpx.stream("POST", self.server.base_url + "/v1/completions", json=body, timeout=120) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: {"):
+                    self.stamps.append(time.perf_counter())
+                if self.stop.is_set():
+                    return  # leaving closes the connection: the server aborts the request
+
+    def wait_for(self, count: int) -> None:
+        while len(self.stamps) < count and self.thread.is_alive():
+            time.sleep(0.005)
+        assert len(self.stamps) >= count, "the stream ended early"
+
+
+def refuse(server: RunningServer, path: str, body: bytes) -> tuple[float, float]:
+    start = time.perf_counter()
+    response = httpx.post(server.base_url + path, content=body, timeout=120)
+    end = time.perf_counter()
+    assert response.status_code == 400, response.text[:300]
+    assert "maximum context length" in response.json()["error"]["message"]
+    return start, end
+
+
+def test_maximal_requests_do_not_stall_a_stream(server: RunningServer) -> None:
+    clock = StreamClock(server)
+    clock.thread.start()
+    clock.wait_for(30)
+    windows = [refuse(server, "/v1/completions", maximal_body("prompt")),
+               refuse(server, "/v1/chat/completions", maximal_body("messages"))]
+    clock.wait_for(len(clock.stamps) + 30)
+    clock.stop.set()
+    clock.thread.join(60)
+    stamps = list(clock.stamps)
+    gaps = [(a, b - a) for a, b in zip(stamps, stamps[1:])]
+    median = statistics.median(g for _, g in gaps)
+    during = [g for a, g in gaps for start, end in windows if a < end and a + g > start]
+    assert during, "no token gap overlapped the refused requests"
+    assert max(during) < GAP_FACTOR * median, (max(during), median, [e - s for s, e in windows])
+    stats = server.wait_idle()
+    assert (stats.num_running, stats.num_waiting, stats.blocks_used) == (0, 0, 0)
