@@ -19,7 +19,8 @@ T = TypeVar("T")
 
 
 class Submission:
-    """Prompts of one call, each an engine request '<id>-<index>', all feeding one stream."""
+    """Prompts of one call, each an engine request '<id>-<index>' (a readable name, never parsed back:
+    a map gives each request's prompt index), all feeding one stream."""
 
     def __init__(self, engine: AsyncEngine, prefix: str) -> None:
         self.engine = engine
@@ -27,16 +28,18 @@ class Submission:
         self.created = int(time.time())
         self.stream = OutputStream()
         self.request_ids: list[str] = []
+        self._index_of: dict[str, int] = {}
         self._finished: set[str] = set()
 
     def prompt_index(self, output: RequestOutput) -> int:
-        return int(output.request_id.rsplit("-", 1)[1])
+        return self._index_of[output.request_id]
 
     async def add(self, prompts: list[list[int]], params: SamplingParams, cache_salt: str | None) -> None:
         try:
             for index, prompt in enumerate(prompts):
                 request_id = f"{self.id}-{index}"
                 self.request_ids.append(request_id)
+                self._index_of[request_id] = index
                 await self.engine.add_request(request_id, prompt, params, self.stream, cache_salt)
         except BaseException:
             self.abort_unfinished()
