@@ -56,6 +56,12 @@ def test_grid_mixed_batch_matches_dense_and_reference(group: int, head_dim: int,
     torch.testing.assert_close(out, ref, **F32_TOL)
 
 
+@pytest.mark.parametrize("heads", [(5, 1), (7, 1), (16, 1), (64, 1)])
+def test_odd_and_large_groups(heads: tuple[int, int]) -> None:
+    """Groups that fill no vector evenly, and groups past the kernel's row target (one token per tile)."""
+    check(make_batch(mixed_specs(heads[0]), *heads, 16, head_dim=64, seed=heads[0]), partition_size=40)
+
+
 @pytest.mark.parametrize("head_dim", [16, 32])
 def test_small_head_dims(head_dim: int) -> None:
     check(make_batch(mixed_specs(head_dim), 6, 2, 16, head_dim=head_dim, seed=head_dim))
