@@ -1,0 +1,114 @@
+"""Where the compiled CPU kernels cannot be built, the build logs one line and returns None, "auto" resolves
+to the torch path, and the engine produces the same greedy tokens as with the kernels."""
+
+import logging
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+import pagedllm.attention.compiled
+import pagedllm.kernels
+from pagedllm.config import EngineConfig
+from pagedllm.engine.llm_engine import LLMEngine
+from pagedllm.engine.model_runner import ModelRunner
+from pagedllm.errors import InvalidInputError
+from pagedllm.kernels import build
+from pagedllm.model.loader import load_model
+from pagedllm.sampling_params import SamplingParams
+
+BUILD_LOGGER = "pagedllm.kernels.build"
+
+
+def build_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == BUILD_LOGGER]
+
+
+@pytest.fixture
+def no_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(build.DISABLE_ENV, raising=False)
+    monkeypatch.setenv("CXX", "/nonexistent/bin/c++")
+
+
+def test_missing_compiler_logs_one_warning_and_returns_none(no_compiler, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="pagedllm"):
+        assert build.build_cpu_kernels() is None
+    [record] = build_records(caplog)
+    assert record.levelno == logging.WARNING
+    assert "no C++ compiler" in record.getMessage() and "\n" not in record.getMessage()
+
+
+def test_failing_compiler_logs_one_warning_and_returns_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    broken = tmp_path / "broken-c++"
+    broken.write_text("#!/bin/sh\necho 'error: this compiler is broken' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    monkeypatch.delenv(build.DISABLE_ENV, raising=False)
+    monkeypatch.setenv("CXX", str(broken))
+    monkeypatch.setenv("PAGEDLLM_CACHE_DIR", str(tmp_path / "cache"))  # never touch the machine's build cache
+    with caplog.at_level(logging.DEBUG, logger="pagedllm"):
+        assert build.build_cpu_kernels() is None
+    warnings = [r for r in build_records(caplog) if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "failed" in warnings[0].getMessage()
+    assert "\n" not in warnings[0].getMessage()
+
+
+def test_disabled_by_environment(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv(build.DISABLE_ENV, "1")
+    with caplog.at_level(logging.DEBUG, logger="pagedllm"):
+        assert build.build_cpu_kernels() is None
+    [record] = build_records(caplog)
+    assert build.DISABLE_ENV in record.getMessage()
+
+
+@pytest.fixture
+def without_kernels(no_compiler, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every way the code reaches the kernels sees the real no-compiler result (None), so a stray compiled
+    call would raise instead of quietly using the kernels built on this machine."""
+    monkeypatch.setattr(pagedllm.kernels, "load_cpu_kernels", build.build_cpu_kernels)
+    monkeypatch.setattr(build, "load_cpu_kernels", build.build_cpu_kernels)
+    monkeypatch.setattr(pagedllm.attention.compiled, "load_cpu_kernels", build.build_cpu_kernels)
+
+
+def test_runner_auto_resolves_to_torch_without_kernels(without_kernels, tiny_llama_dir: Path) -> None:
+    model, config = load_model(tiny_llama_dir)
+    runner = ModelRunner(model, config, num_blocks=8, block_size=4, dtype=torch.float32, attention_impl="auto")
+    assert runner.attention_impl == "fast"
+    with pytest.raises(InvalidInputError, match="compiled CPU kernels are unavailable"):
+        ModelRunner(model, config, num_blocks=8, block_size=4, dtype=torch.float32, attention_impl="compiled")
+
+
+def greedy_tokens(model_dir: Path) -> tuple[str, list[list[int]]]:
+    """The engine's attention impl, and greedy tokens for prompts that share a prefix (prefix caching and
+    copy-on-write), are chunked (64 tokens a step) and run in one mixed batch; n=2 forks a sequence.
+    float32: in bfloat16 (dtype "auto" on a CPU with native bf16) two correct paths may round apart."""
+    config = EngineConfig(model=str(model_dir), dtype="float32", num_blocks=128, block_size=4, max_num_batched_tokens=64)
+    engine = LLMEngine(config)
+    rng = random.Random(0)
+    shared = [rng.randrange(5, 384) for _ in range(30)]
+    prompts = [shared + [rng.randrange(5, 384) for _ in range(n)] for n in (3, 40, 9)] + [[7, 8, 9]]
+    params = [SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=12)] * 3
+    params.append(SamplingParams(n=2, temperature=0.0, ignore_eos=True, max_tokens=12))
+    ids = [engine.add_request(None, p, sp) for p, sp in zip(prompts, params)]
+    done = {}
+    while engine.has_unfinished_requests():
+        done.update((out.request_id, out) for out in engine.step() if out.finished)
+    return engine.runner.attention_impl, [c.token_ids for i in ids for c in done[i].outputs]
+
+
+@pytest.fixture(scope="module")
+def tokens_with_kernels(tiny_llama_dir: Path) -> tuple[str, list[list[int]]]:
+    return greedy_tokens(tiny_llama_dir)
+
+
+def test_engine_without_kernels_produces_the_same_greedy_tokens(
+    tokens_with_kernels: tuple[str, list[list[int]]], without_kernels, tiny_llama_dir: Path
+) -> None:
+    impl, with_kernels = tokens_with_kernels
+    assert impl == "compiled"  # the fixture ran before the kernels were taken away
+    impl, without = greedy_tokens(tiny_llama_dir)
+    assert impl == "fast"
+    assert len(without) == 5 and all(len(t) == 12 for t in without)
+    assert without == with_kernels
