@@ -91,12 +91,14 @@ def test_contiguous_allocator_admits_fewer_sequences(tiny_llama_dir, tmp_path, c
     data = json.loads(out.read_text())
     paged, contiguous = data["runs"]
     assert contiguous["config"]["allocator"] == "contiguous" and "paged / contiguous" in data["ratios"]
-    # 512 KiB holds 682 tokens of this model: two 256-token reservations, but more actual sequences
-    assert max(contiguous["kv_timeline"]["running"]) <= 2 < max(paged["kv_timeline"]["running"])
+    # 512 KiB holds a few 256-token reservations of this model (how many depends on the resolved dtype),
+    # but more actual sequences
+    fit = contiguous["num_blocks"] * 8 // 256
+    assert max(contiguous["kv_timeline"]["running"]) <= fit < max(paged["kv_timeline"]["running"])
     for run in (paged, contiguous):  # sequences per step, reported beside the blocks
         busy = [n for n in run["kv_timeline"]["running_seqs"] if n]
         assert run["peak_running_seqs"] == max(busy) and run["mean_running_seqs"] == pytest.approx(sum(busy) / len(busy))
-    assert contiguous["peak_running_seqs"] <= 2 < paged["peak_running_seqs"]
+    assert contiguous["peak_running_seqs"] <= fit < paged["peak_running_seqs"]
     seqs = data["concurrency_ratios"]["paged / contiguous"]
     assert seqs["mean"] == pytest.approx(paged["mean_running_seqs"] / contiguous["mean_running_seqs"]) and seqs["mean"] > 1
     assert seqs["peak"] == pytest.approx(paged["peak_running_seqs"] / contiguous["peak_running_seqs"])
