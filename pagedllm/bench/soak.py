@@ -1,0 +1,173 @@
+"""`pagedllm bench soak`: bursts of streams, hang-ups and bad requests against a started server.
+
+After every burst it waits for the server to go idle and records its resident memory, the KV
+blocks still in use, the requests still running or waiting, and the client-side errors. It fails
+(exit 1) if blocks or requests leak, if anything errs, or if resident memory still grows over the
+last five bursts by more than --rss-tolerance-mib.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import shlex
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pagedllm.errors import UserFacingError
+
+DEFAULT_SERVE_ARGS = "--kv-cache-memory 64MiB --max-num-seqs 64"
+TAIL = 5  # bursts over which memory must have levelled off
+
+
+@dataclass(slots=True)
+class BurstRow:
+    burst: int
+    rss_mib: float
+    blocks_used: int
+    running: int
+    waiting: int
+    completed: int
+    disconnected: int
+    refused: int
+    errors: int
+    seconds: float
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=None, help="model for the started server (default: the built-in one)")
+    parser.add_argument("--serve-args", default=DEFAULT_SERVE_ARGS, help="more `pagedllm serve` options, one string")
+    parser.add_argument("--bursts", type=int, default=12, help="bursts to run (at least 10 for a verdict)")
+    parser.add_argument("--streams", type=int, default=64, help="streaming chats per burst")
+    parser.add_argument("--disconnects", type=int, default=16, help="of those, how many hang up mid-stream")
+    parser.add_argument("--bad-requests", type=int, default=16, help="invalid requests mixed into each burst")
+    parser.add_argument("--max-tokens", type=int, default=64, help="longest completion a stream asks for")
+    parser.add_argument("--rss-tolerance-mib", type=float, default=16.0,
+                        help=f"most resident memory may grow over the last {TAIL} bursts")
+    parser.add_argument("--idle-timeout", type=float, default=120.0, help="seconds to wait for idle after a burst")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", default=None, metavar="PATH", help="write the rows and the verdict as JSON")
+    parser.add_argument("--plot", default=None, metavar="PATH", help="PNG of memory and blocks per burst")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pagedllm.bench.serve_launch import launch
+
+    if args.disconnects > args.streams or min(args.bursts, args.streams) < 1:
+        raise UserFacingError("need --bursts >= 1, --streams >= 1 and --disconnects <= --streams")
+    server = launch(args.model, shlex.split(args.serve_args))
+    try:
+        rows = asyncio.run(_soak(server.base_url, server.process.pid, args))
+    finally:
+        server.stop()
+    verdict = judge(rows, args.rss_tolerance_mib)
+    _report(rows, verdict, args)
+    return 0 if verdict["ok"] else 1
+
+
+async def _soak(base_url: str, pid: int, args: argparse.Namespace) -> list[BurstRow]:
+    import httpx
+
+    from pagedllm.bench.soak_burst import BurstPlan, run_burst
+
+    rng = random.Random(args.seed)
+    limits = httpx.Limits(max_connections=args.streams + args.bad_requests + 8)
+    async with httpx.AsyncClient(base_url=base_url, timeout=600, limits=limits) as client:
+        model = (await client.get("/v1/models")).json()["data"][0]["id"]
+        plan = BurstPlan(args.streams, args.disconnects, args.bad_requests, args.max_tokens, model)
+        rows = []
+        for burst in range(1, args.bursts + 1):
+            start = time.monotonic()
+            result = await run_burst(client, plan, rng)
+            gauges = await _wait_idle(client, args.idle_timeout)
+            rows.append(BurstRow(burst, rss_mib(pid), *gauges, result.completed, result.disconnected,
+                                 result.refused, len(result.errors), round(time.monotonic() - start, 2)))
+            for error in result.errors[:5]:
+                print(f"burst {burst}: {error}", file=sys.stderr)
+            print(_row_text(rows[-1]), file=sys.stderr)
+    return rows
+
+
+async def _wait_idle(client, timeout: float) -> tuple[int, int, int]:
+    """(blocks used, running, waiting) once all are 0, or as last seen when `timeout` runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        gauges = _gauges((await client.get("/metrics")).text)
+        if gauges == (0, 0, 0) or time.monotonic() > deadline:
+            return gauges
+        await asyncio.sleep(0.2)
+
+
+def _gauges(metrics_text: str) -> tuple[int, int, int]:
+    values = {}
+    for line in metrics_text.splitlines():
+        name = line.split("{", 1)[0]
+        if name in ("pagedllm_kv_blocks_used", "pagedllm_num_requests_running", "pagedllm_num_requests_waiting"):
+            values[name] = int(float(line.rsplit(" ", 1)[1]))
+    return (values["pagedllm_kv_blocks_used"], values["pagedllm_num_requests_running"],
+            values["pagedllm_num_requests_waiting"])
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of process `pid` in MiB (Linux /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    raise UserFacingError(f"no VmRSS for process {pid}")
+
+
+def judge(rows: list[BurstRow], tolerance_mib: float) -> dict:
+    """Leaks, errors and late memory growth; a verdict needs at least 2 * TAIL bursts."""
+    leaks = [r.burst for r in rows if (r.blocks_used, r.running, r.waiting) != (0, 0, 0)]
+    errors = sum(r.errors for r in rows)
+    tail = [r.rss_mib for r in rows[-TAIL:]]
+    growth = round(tail[-1] - tail[0], 1)
+    enough = len(rows) >= 2 * TAIL
+    ok = not leaks and errors == 0 and growth <= tolerance_mib and enough
+    return {"ok": ok, "bursts_with_leaks": leaks, "errors": errors, "rss_growth_last_bursts_mib": growth,
+            "tail": TAIL, "rss_tolerance_mib": tolerance_mib, "enough_bursts": enough,
+            "rss_first_mib": rows[0].rss_mib, "rss_last_mib": rows[-1].rss_mib}
+
+
+def _row_text(row: BurstRow) -> str:
+    return (f"burst {row.burst:2d}: rss {row.rss_mib:7.1f} MiB, blocks used {row.blocks_used}, running "
+            f"{row.running}, waiting {row.waiting}, completed {row.completed}, hung up {row.disconnected}, "
+            f"refused {row.refused}, errors {row.errors}, {row.seconds:.1f} s")
+
+
+def _report(rows: list[BurstRow], verdict: dict, args: argparse.Namespace) -> None:
+    print(json.dumps(verdict, indent=1))
+    if args.json:
+        report = {"command": "pagedllm bench soak " + " ".join(shlex.quote(a) for a in sys.argv[3:]),
+                  "rows": [asdict(r) for r in rows], "verdict": verdict}
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    if args.plot:
+        plot_soak(rows, verdict, args.plot)
+
+
+def plot_soak(rows: list[BurstRow], verdict: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    bursts = [r.burst for r in rows]
+    ax.plot(bursts, [r.rss_mib for r in rows], marker="o", label="server resident memory (MiB)")
+    ax.set_xlabel("burst")
+    ax.set_ylabel("MiB")
+    ax.axvspan(bursts[-min(TAIL, len(bursts))] - 0.5, bursts[-1] + 0.5, color="0.9", label=f"last {TAIL} bursts")
+    ax2 = ax.twinx()
+    ax2.bar(bursts, [r.blocks_used + r.running + r.waiting for r in rows], color="tab:red", alpha=0.5,
+            label="blocks used + requests left after the burst")
+    ax2.set_ylim(0, max(1, *[r.blocks_used for r in rows]) * 4)
+    ax2.set_ylabel("left behind")
+    ax.set_title(f"soak: growth over the last {TAIL} bursts {verdict['rss_growth_last_bursts_mib']} MiB")
+    fig.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
