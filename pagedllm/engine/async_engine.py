@@ -86,8 +86,9 @@ class _Command:
 
 class AsyncEngine:
     def __init__(self, engine: EngineProtocol, observer: FinishObserver | None = None,
-                 max_waiting_requests: int | None = None) -> None:
+                 max_waiting_requests: int | None = None, on_idle: Callable[[], Any] | None = None) -> None:
         self._engine = engine
+        self._on_idle = on_idle  # run on the engine thread each time the last request ends
         self._observer = observer
         self.max_waiting_requests = max_waiting_requests
         self.config = engine.config
@@ -254,7 +255,9 @@ class AsyncEngine:
             self._to_loop(stream.put, output)
 
     def _after_iteration(self, force_stats: bool) -> None:
-        self._busy = self._engine.has_unfinished_requests()
+        was_busy, self._busy = self._busy, self._engine.has_unfinished_requests()
+        if was_busy and not self._busy and self._on_idle is not None:
+            self._on_idle()
         now = time.monotonic()
         # Stats walk the pool; while busy, refresh them at most every STATS_INTERVAL unless the
         # queue changed. They are always fresh once the engine goes idle.

@@ -10,6 +10,7 @@ import uvicorn
 from pagedllm.engine.async_engine import AsyncEngine, EngineProtocol
 from pagedllm.entrypoints.server.app import create_app
 from pagedllm.entrypoints.server.body_limit import DEFAULT_MAX_REQUEST_BYTES
+from pagedllm.entrypoints.server.memory import freed_memory_releaser
 from pagedllm.metrics import ServerMetrics
 
 logger = logging.getLogger("pagedllm.server")
@@ -41,7 +42,8 @@ def build_server(engine: EngineProtocol, host: str = "127.0.0.1", port: int = 80
                  max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> uvicorn.Server:
     """A uvicorn server for `engine`; in-flight requests get `shutdown_timeout` s to finish on exit."""
     metrics = ServerMetrics(engine.model_name)
-    async_engine = AsyncEngine(engine, observer=metrics, max_waiting_requests=max_waiting_requests)
+    async_engine = AsyncEngine(engine, observer=metrics, max_waiting_requests=max_waiting_requests,
+                               on_idle=freed_memory_releaser())
     app = create_app(async_engine, metrics, api_key=api_key, max_request_bytes=max_request_bytes)
     # uvicorn's own timeout is the fallback, should a handler not end after the abort.
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level,

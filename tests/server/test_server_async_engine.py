@@ -114,3 +114,34 @@ def test_engine_failure_ends_requests_and_the_thread_carries_on() -> None:
             await engine.stop()
 
     run(main())
+
+
+def test_on_idle_runs_once_each_time_the_last_request_ends() -> None:
+    calls: list[int] = []
+
+    async def main() -> None:
+        engine = AsyncEngine(FakeEngine(fake_config()), on_idle=lambda: calls.append(1))
+        engine.start()
+        for burst in range(2):
+            streams = [OutputStream() for _ in range(3)]
+            for i, stream in enumerate(streams):
+                await engine.add_request(f"r{burst}-{i}", "hello", SamplingParams(max_tokens=4 + i), stream)
+            for stream in streams:
+                _ = [o async for o in stream]
+            while engine.latest_stats.num_running:  # the thread may not have gone idle yet
+                await asyncio.sleep(0.005)
+        await engine.stop()
+
+    run(main())
+    assert len(calls) == 2
+
+
+def test_freed_memory_releaser_on_glibc() -> None:
+    import platform
+
+    from pagedllm.entrypoints.server.memory import freed_memory_releaser
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip(f"malloc_trim is glibc's; this C library is {platform.libc_ver()[0] or 'unknown'}")
+    release = freed_memory_releaser()
+    assert release is not None and release() in (0, 1)
