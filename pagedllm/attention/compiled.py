@@ -4,7 +4,6 @@ The kernel (pagedllm/csrc/paged_attention.cpp, explained in docs/attention.md) r
 block tables where they lie: no gather, no padding. The KV write and the block copy are compiled too.
 """
 
-from dataclasses import dataclass
 from types import ModuleType
 
 import torch
@@ -20,24 +19,6 @@ def kernels() -> ModuleType:
     return module
 
 
-@dataclass(frozen=True, slots=True)
-class CheckedStep:
-    """meta.plan of a step whose metadata passed check_metadata; the kernel needs no other per-step work."""
-
-
-def check_metadata(meta: AttentionMetadata, kv_cache: torch.Tensor) -> None:
-    """Bounds the kernel relies on, checked once per step (a bad table must fail here, not read stray memory)."""
-    if isinstance(meta.plan, CheckedStep):
-        return
-    num_blocks, block_size = kv_cache.shape[2], kv_cache.shape[3]
-    longest = max(meta.seq_lens_list, default=0)
-    if meta.block_tables.numel() and int(meta.block_tables.max()) >= num_blocks:
-        raise ValueError(f"block id past the pool of {num_blocks} blocks")
-    if meta.block_tables.shape[1] * block_size < longest:
-        raise ValueError(f"block tables of width {meta.block_tables.shape[1]} cannot hold {longest} positions")
-    meta.plan = CheckedStep()
-
-
 def compiled_attention(
     query: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata, scale: float, partition_size: int = 0
 ) -> torch.Tensor:
@@ -46,7 +27,6 @@ def compiled_attention(
     partition_size > 0 splits every key range longer than that across threads (tests use it to exercise
     the merge); 0 lets the kernel split only when threads would otherwise idle.
     """
-    check_metadata(meta, kv_cache)
     out = torch.empty(query.shape, dtype=query.dtype)
     kernels().paged_attention(
         out, query, kv_cache, meta.block_tables, meta.seq_lens, meta.query_start_loc, scale, partition_size
@@ -60,6 +40,8 @@ def compiled_write_kv(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Te
 
 
 def compiled_copy_blocks(kv_caches: list[torch.Tensor], copies: list[tuple[int, int]]) -> None:
+    """Copy block src to dst in every layer, pair after pair (the manager never names a destination as a
+    later source within one step: copy-on-write targets are fresh blocks)."""
     src = torch.tensor([s for s, _ in copies], dtype=torch.int64)
     dst = torch.tensor([d for _, d in copies], dtype=torch.int64)
     kernels().copy_blocks(kv_caches, src, dst)

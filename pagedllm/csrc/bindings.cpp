@@ -32,9 +32,33 @@ void check_heads(const torch::Tensor& t, const char* name) {
 
 bool is_bf16(const torch::Tensor& t) { return t.scalar_type() == torch::kBFloat16; }
 
+// The kernel trusts the metadata for every address it reads or writes, so all of it is checked here: an
+// O(sequences x table width) pass over host integers, negligible beside the attention itself.
+void check_batch(const torch::Tensor& query, const torch::Tensor& kv_cache, const torch::Tensor& block_tables,
+                 const torch::Tensor& seq_lens, const torch::Tensor& query_start_loc) {
+  const int64_t num_seqs = seq_lens.size(0), width = block_tables.size(1);
+  const int64_t num_blocks = kv_cache.size(2), block_size = kv_cache.size(3);
+  const int64_t* lens = seq_lens.data_ptr<int64_t>();
+  const int64_t* starts = query_start_loc.data_ptr<int64_t>();
+  const int64_t* tables = block_tables.data_ptr<int64_t>();
+  TORCH_CHECK_VALUE(starts[0] == 0 && starts[num_seqs] == query.size(0),
+              "query_start_loc must run from 0 to the number of query rows (", query.size(0), ")");
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    const int64_t query_len = starts[s + 1] - starts[s];
+    TORCH_CHECK_VALUE(query_len >= 0 && lens[s] >= query_len, "sequence ", s, ": ", query_len,
+                " new tokens but a context of ", lens[s]);
+    const int64_t used = (lens[s] + block_size - 1) / block_size;
+    TORCH_CHECK_VALUE(used <= width, "sequence ", s, ": a block table of width ", width, " cannot hold ", lens[s],
+                " positions");
+    for (int64_t b = 0; b < used; ++b)
+      TORCH_CHECK_VALUE(tables[s * width + b] >= 0 && tables[s * width + b] < num_blocks, "sequence ", s,
+                  ": block id ", tables[s * width + b], " outside the pool of ", num_blocks, " blocks");
+  }
+}
+
 void paged_attention_op(torch::Tensor out, const torch::Tensor& query, const torch::Tensor& kv_cache,
-                     const torch::Tensor& block_tables, const torch::Tensor& seq_lens,
-                     const torch::Tensor& query_start_loc, double scale, int64_t partition_size) {
+                        const torch::Tensor& block_tables, const torch::Tensor& seq_lens,
+                        const torch::Tensor& query_start_loc, double scale, int64_t partition_size) {
   check_float(kv_cache, "kv_cache");
   check_heads(query, "query");
   TORCH_CHECK(kv_cache.is_contiguous() && kv_cache.dim() == 5 && kv_cache.size(0) == 2,
@@ -52,6 +76,7 @@ void paged_attention_op(torch::Tensor out, const torch::Tensor& query, const tor
   TORCH_CHECK(supports_head_dim(query.size(2)), "paged_attention supports head_dim 16, 32, 64 and 128, got ",
               query.size(2));
   TORCH_CHECK(query.size(1) % kv_cache.size(1) == 0, "query heads must be a multiple of KV heads");
+  check_batch(query, kv_cache, block_tables, seq_lens, query_start_loc);
   PagedAttentionArgs args{query.data_ptr(), query.stride(0), kv_cache.data_ptr(), out.data_ptr(),
                           block_tables.data_ptr<int64_t>(), block_tables.size(1), seq_lens.data_ptr<int64_t>(),
                           query_start_loc.data_ptr<int64_t>(), seq_lens.size(0), query.size(1), kv_cache.size(1),

@@ -81,16 +81,28 @@ def _load(key: str) -> ModuleType:
     from torch.utils import cpp_extension
 
     build_dir = cache_dir() / "kernels" / key
-    build_dir.mkdir(parents=True, exist_ok=True)
+    sources = _copy_sources(build_dir / "src")
     log.debug("loading compiled CPU kernels from %s", build_dir)
     return cpp_extension.load(
         name=f"pagedllm_cpu_{key}",
-        sources=[str(CSRC / name) for name in SOURCES],
+        sources=[str(sources / name) for name in SOURCES],
         extra_cflags=list(CFLAGS),
         extra_ldflags=["-fopenmp"],
         build_directory=str(build_dir),
         verbose=False,
     )
+
+
+def _copy_sources(dest: Path) -> Path:
+    """The build compiles a private copy of the sources: the build records their paths, so compiling another
+    checkout's files in place would make every checkout rebuild the others' build."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for path in CSRC.iterdir():
+        if path.suffix in (".cpp", ".h") and not (dest / path.name).exists():
+            tmp = dest / f".{path.name}.{os.getpid()}"
+            shutil.copyfile(path, tmp)
+            os.replace(tmp, dest / path.name)  # atomic: a concurrent build never sees half a file
+    return dest
 
 
 @functools.cache

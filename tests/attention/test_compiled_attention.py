@@ -212,7 +212,28 @@ def test_empty_batch() -> None:
 def test_block_id_past_the_pool_raises() -> None:
     batch = make_batch([(40, 1)], 4, 1, 16, head_dim=64)
     batch.meta.block_tables[0, 1] = batch.kv_cache.shape[2]
-    with pytest.raises(ValueError, match="past the pool"):
+    with pytest.raises(ValueError, match="outside the pool"):
+        compiled_attention(batch.query, batch.kv_cache, batch.meta, batch.scale)
+
+
+@pytest.mark.parametrize("block_id", [-1, -(10**9)])
+def test_negative_block_id_raises(block_id: int) -> None:
+    batch = make_batch([(40, 1)], 4, 1, 16, head_dim=64, seed=1)
+    batch.meta.block_tables[0, 1] = block_id
+    with pytest.raises(ValueError, match="outside the pool"):
+        compiled_attention(batch.query, batch.kv_cache, batch.meta, batch.scale)
+
+
+def test_fewer_query_rows_than_the_metadata_raises() -> None:
+    batch = make_batch([(40, 3)], 4, 1, 16, head_dim=64, seed=1)
+    with pytest.raises(ValueError, match="number of query rows"):
+        compiled_attention(batch.query[:1], batch.kv_cache, batch.meta, batch.scale)
+
+
+def test_context_shorter_than_its_new_tokens_raises() -> None:
+    batch = make_batch([(0, 5)], 4, 1, 16, head_dim=64, seed=1)
+    batch.meta.seq_lens[0] = 3
+    with pytest.raises(ValueError, match="5 new tokens but a context of 3"):
         compiled_attention(batch.query, batch.kv_cache, batch.meta, batch.scale)
 
 
