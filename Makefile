@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[test]'
 	$(BIN)/pagedllm fetch-default-model
+	$(BIN)/python -m pagedllm.kernels  # builds the compiled CPU kernels for this CPU (falls back if it cannot)
 	touch $(STAMP)
 
 test: install

@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -80,6 +81,9 @@ def _first_error(exc: Exception) -> str:
 def _load(key: str) -> ModuleType:
     from torch.utils import cpp_extension
 
+    bin_dir = str(Path(sys.executable).parent)  # where pip puts the `ninja` the build runs
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
     build_dir = cache_dir() / "kernels" / key
     sources = _copy_sources(build_dir / "src")
     log.debug("loading compiled CPU kernels from %s", build_dir)

@@ -1,0 +1,21 @@
+"""`python -m pagedllm.kernels`: build the compiled CPU kernels now (make install does), say where or why not."""
+
+import logging
+import sys
+
+from pagedllm.kernels.build import build_cpu_kernels, cpu_flags
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    module = build_cpu_kernels()
+    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in cpu_flags()]
+    if module is None:
+        print(f"compiled CPU kernels unavailable (CPU flags: {' '.join(isa) or 'none'}); the torch path will be used")
+        return 0
+    print(f"compiled CPU kernels ready: {module.__file__} (CPU flags: {' '.join(isa)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
