@@ -15,7 +15,9 @@ NEW_TOKENS = 16
 
 @pytest.fixture(scope="module")
 def engine(default_model_path) -> LLMEngine:
-    return LLMEngine(EngineConfig(model=str(default_model_path), kv_cache_memory="512MiB", max_model_len=1024))
+    # float32: the transformers oracle runs in float32 (dtype="auto" may pick bfloat16 on this CPU)
+    return LLMEngine(EngineConfig(model=str(default_model_path), dtype="float32", kv_cache_memory="512MiB",
+                                  max_model_len=1024))
 
 
 @pytest.fixture(scope="module")
