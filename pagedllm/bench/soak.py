@@ -31,6 +31,7 @@ class BurstRow:
     blocks_used: int
     running: int
     waiting: int
+    preemptions: int
     completed: int
     disconnected: int
     refused: int
@@ -78,38 +79,46 @@ async def _soak(base_url: str, pid: int, args: argparse.Namespace) -> list[Burst
     limits = httpx.Limits(max_connections=args.streams + args.bad_requests + 8)
     async with httpx.AsyncClient(base_url=base_url, timeout=600, limits=limits) as client:
         model = (await client.get("/v1/models")).json()["data"][0]["id"]
+        pool = _scrape((await client.get("/metrics")).text)["pagedllm_kv_blocks_total"]
+        print(f"soaking {model} at {base_url}: a pool of {int(pool)} KV blocks", file=sys.stderr)
         plan = BurstPlan(args.streams, args.disconnects, args.bad_requests, args.max_tokens, model)
-        rows = []
+        rows, preempted = [], 0
         for burst in range(1, args.bursts + 1):
             start = time.monotonic()
             result = await run_burst(client, plan, rng)
-            gauges = await _wait_idle(client, args.idle_timeout)
-            rows.append(BurstRow(burst, rss_mib(pid), *gauges, result.completed, result.disconnected,
-                                 result.refused, len(result.errors), round(time.monotonic() - start, 2)))
+            metrics = await _wait_idle(client, args.idle_timeout)
+            gauges = [int(metrics[name]) for name in _LEFT_BEHIND]
+            total = int(metrics["pagedllm_num_preemptions_total"])
+            rows.append(BurstRow(burst, rss_mib(pid), *gauges, total - preempted, result.completed,
+                                 result.disconnected, result.refused, len(result.errors),
+                                 round(time.monotonic() - start, 2)))
+            preempted = total
             for error in result.errors[:5]:
                 print(f"burst {burst}: {error}", file=sys.stderr)
             print(_row_text(rows[-1]), file=sys.stderr)
     return rows
 
 
-async def _wait_idle(client, timeout: float) -> tuple[int, int, int]:
-    """(blocks used, running, waiting) once all are 0, or as last seen when `timeout` runs out."""
+_LEFT_BEHIND = ("pagedllm_kv_blocks_used", "pagedllm_num_requests_running", "pagedllm_num_requests_waiting")
+
+
+async def _wait_idle(client, timeout: float) -> dict[str, float]:
+    """The server's metrics once nothing is left behind, or as last seen when `timeout` runs out."""
     deadline = time.monotonic() + timeout
     while True:
-        gauges = _gauges((await client.get("/metrics")).text)
-        if gauges == (0, 0, 0) or time.monotonic() > deadline:
-            return gauges
+        metrics = _scrape((await client.get("/metrics")).text)
+        if all(metrics[name] == 0 for name in _LEFT_BEHIND) or time.monotonic() > deadline:
+            return metrics
         await asyncio.sleep(0.2)
 
 
-def _gauges(metrics_text: str) -> tuple[int, int, int]:
+def _scrape(metrics_text: str) -> dict[str, float]:
+    """Sample values by metric name (this server labels every series with model_name only)."""
     values = {}
     for line in metrics_text.splitlines():
-        name = line.split("{", 1)[0]
-        if name in ("pagedllm_kv_blocks_used", "pagedllm_num_requests_running", "pagedllm_num_requests_waiting"):
-            values[name] = int(float(line.rsplit(" ", 1)[1]))
-    return (values["pagedllm_kv_blocks_used"], values["pagedllm_num_requests_running"],
-            values["pagedllm_num_requests_waiting"])
+        if line and not line.startswith("#"):
+            values[line.split("{", 1)[0].split(" ", 1)[0]] = float(line.rsplit(" ", 1)[1])
+    return values
 
 
 def rss_mib(pid: int) -> float:
@@ -135,7 +144,8 @@ def judge(rows: list[BurstRow], tolerance_mib: float) -> dict:
 
 def _row_text(row: BurstRow) -> str:
     return (f"burst {row.burst:2d}: rss {row.rss_mib:7.1f} MiB, blocks used {row.blocks_used}, running "
-            f"{row.running}, waiting {row.waiting}, completed {row.completed}, hung up {row.disconnected}, "
+            f"{row.running}, waiting {row.waiting}, preemptions {row.preemptions}, completed {row.completed}, "
+            f"hung up {row.disconnected}, "
             f"refused {row.refused}, errors {row.errors}, {row.seconds:.1f} s")
 
 
