@@ -14,13 +14,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from pagedllm.errors import InvalidInputError
 from pagedllm.sampling_params import SamplingParams
 
-Prompt = str | list[int] | list[str] | list[list[int]]
+Prompt = str | list[int] | list[str] | list[list[int]]  # the batch forms are capped in prompts()
 Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
 # Temperature and repetition penalty divide float32 logits: past these bounds the quotient
 # overflows or underflows float32 and sampling turns to NaN.
 Temperature = Annotated[float, Field(ge=0.0, le=1e6)]
 RepetitionPenalty = Annotated[float, Field(ge=1e-6, le=1e6)]
 MIN_TEMPERATURE = 1e-6
+# Each stop string is looked for after every token and each prompt becomes an engine request:
+# unbounded lists would let one request slow every step or flood the queue.
+MAX_STOP_STRINGS = 32
+MAX_PROMPTS = 1024
 
 
 class _Body(BaseModel):
@@ -41,7 +45,7 @@ class _SamplingFields(_Body):
     top_k: int | None = None
     min_p: float | None = None
     seed: Int64 | None = None
-    stop: str | list[str] | None = None
+    stop: str | Annotated[list[str], Field(max_length=MAX_STOP_STRINGS)] | None = None
     stop_token_ids: list[int] | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
@@ -98,6 +102,8 @@ class CompletionRequest(_SamplingFields):
             raise InvalidInputError("prompt must not be empty")
         if isinstance(p[0], int):
             return [p]  # one prompt given as token ids
+        if len(p) > MAX_PROMPTS:
+            raise InvalidInputError(f"prompt may hold at most {MAX_PROMPTS} prompts, got {len(p)}")
         return list(p)
 
     def to_sampling_params(self) -> SamplingParams:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from pagedllm.entrypoints.protocol import MAX_PROMPTS, MAX_STOP_STRINGS
 from server_harness import RunningServer
 
 MSG = [{"role": "user", "content": "hi"}]
@@ -52,6 +53,8 @@ def cases(context: int) -> list[tuple[str, dict, str | None]]:
         ("/v1/chat/completions", {"messages": MSG, "stop_token_ids": [10**9]}, "stop_token_ids"),
         ("/v1/chat/completions", {"messages": MSG, "cache_salt": ""}, "cache_salt"),
         ("/v1/chat/completions", {"messages": MSG, "functions": [{"name": "f"}]}, "functions"),
+        ("/v1/completions", {"prompt": "x", "stop": [f"s{i}" for i in range(MAX_STOP_STRINGS + 1)]}, "stop"),
+        ("/v1/completions", {"prompt": ["a"] * (MAX_PROMPTS + 1), "max_tokens": 1}, "prompt"),
     ]
 
 
