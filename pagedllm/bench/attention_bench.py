@@ -19,7 +19,7 @@ import torch
 from pagedllm.attention import AttentionMetadata, allocate_kv_caches, paged_attention, write_kv
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK_SIZE, POOL_BLOCKS = 9, 3, 64, 16, 2800
-IMPLS = ("reference", "blockwise", "auto")
+IMPLS = ("reference", "blockwise", "fast", "compiled")
 
 
 def make_workload(specs: list[tuple[int, int]], dtype: torch.dtype, seed: int = 0):
