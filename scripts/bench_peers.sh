@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # pagedllm vs vLLM (CPU build) vs transformers on the same requests, offline and served.
 # Not part of the tests: it installs vLLM in .venv-peers and runs for a long while.
-#   OUT=out/peers WORKLOADS="mixed shared-prefix parallel-sampling" DTYPES="float32" scripts/bench_peers.sh
+#   OUT=out/peers WORKLOADS="mixed shared-prefix parallel-sampling" DTYPES="float32" SERVED=1 scripts/bench_peers.sh
 # Results: $OUT/<dtype>/<workload>/*.json, the table in $OUT/comparison.{md,json}.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +13,7 @@ SEED=${SEED:-0}
 NUM_REQUESTS=${NUM_REQUESTS:-None}  # None: each workload's default
 RUN_TIMEOUT=${RUN_TIMEOUT:-1800}  # seconds any one run may take
 HF_BASELINE=${HF_BASELINE:-1}
+SERVED=${SERVED:-1}  # 0: offline runs only
 MAX_MODEL_LEN=${MAX_MODEL_LEN:-2048}
 BIN=.venv/bin
 PEERS=.venv-peers
@@ -99,6 +100,7 @@ s(b(S('$workload', $NUM_REQUESTS, $SEED, max_model_len=$MAX_MODEL_LEN)), '$DIR/w
       --json "$DIR/vllm-offline.json"
     # served runs send n > 1 requests unseeded, both engines alike: vLLM 0.32's CPU sampler crashes its engine
     # ("CPU Generator does not use offset") when a seeded request's prefill is chunked
+    [ "$SERVED" = 1 ] || continue
     run pagedllm-serve $BIN/pagedllm bench serve --workload "$DIR/workload.jsonl" --dtype "$dtype" \
       --seed "$SEED" --no-sample-seeds --timeout "$RUN_TIMEOUT" --json "$DIR/pagedllm-serve.json"
     vllm_serve_bench "$dtype"
