@@ -42,7 +42,7 @@ class BurstRow:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help="model for the started server (default: the built-in one)")
     parser.add_argument("--serve-args", default=DEFAULT_SERVE_ARGS, help="more `pagedllm serve` options, one string")
-    parser.add_argument("--bursts", type=int, default=12, help="bursts to run (at least 10 for a verdict)")
+    parser.add_argument("--bursts", type=int, default=20, help=f"bursts to run (at least {2 * TAIL} for a verdict)")
     parser.add_argument("--streams", type=int, default=64, help="streaming chats per burst")
     parser.add_argument("--disconnects", type=int, default=16, help="of those, how many hang up mid-stream")
     parser.add_argument("--bad-requests", type=int, default=16, help="invalid requests mixed into each burst")
@@ -53,6 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, metavar="PATH", help="write the rows and the verdict as JSON")
     parser.add_argument("--plot", default=None, metavar="PATH", help="PNG of memory and blocks per burst")
+    parser.add_argument("--label", default="this run", help="this run's name in the plot")
+    parser.add_argument("--compare", nargs="*", default=[], metavar="JSON",
+                        help="earlier runs' --json files to draw beside this one (named by file name)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -156,28 +159,29 @@ def _report(rows: list[BurstRow], verdict: dict, args: argparse.Namespace) -> No
                   "rows": [asdict(r) for r in rows], "verdict": verdict}
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
     if args.plot:
-        plot_soak(rows, verdict, args.plot)
+        runs = {Path(p).stem: json.loads(Path(p).read_text())["rows"] for p in args.compare}
+        plot_soak({**runs, args.label: [asdict(r) for r in rows]}, args.plot)
 
 
-def plot_soak(rows: list[BurstRow], verdict: dict, path: str) -> None:
+def plot_soak(runs: dict[str, list[dict]], path: str) -> None:
+    """Resident memory per burst of each run (label -> rows as written to --json), the tail shaded."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    bursts = [r.burst for r in rows]
-    ax.plot(bursts, [r.rss_mib for r in rows], marker="o", label="server resident memory (MiB)")
-    ax.set_xlabel("burst")
-    ax.set_ylabel("MiB")
-    ax.axvspan(bursts[-min(TAIL, len(bursts))] - 0.5, bursts[-1] + 0.5, color="0.9", label=f"last {TAIL} bursts")
-    ax2 = ax.twinx()
-    ax2.bar(bursts, [r.blocks_used + r.running + r.waiting for r in rows], color="tab:red", alpha=0.5,
-            label="blocks used + requests left after the burst")
-    ax2.set_ylim(0, max(1, *[r.blocks_used for r in rows]) * 4)
-    ax2.set_ylabel("left behind")
-    ax.set_title(f"soak: growth over the last {TAIL} bursts {verdict['rss_growth_last_bursts_mib']} MiB")
-    fig.legend(loc="lower right", fontsize=8)
+    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    for label, rows in runs.items():
+        left = sum(r["blocks_used"] + r["running"] + r["waiting"] for r in rows)
+        ax.plot([r["burst"] for r in rows], [r["rss_mib"] for r in rows], marker="o", markersize=3,
+                label=f"{label} (left behind: {left})")
+    last = max(len(rows) for rows in runs.values())
+    ax.axvspan(last - TAIL + 0.5, last + 0.5, color="0.92")
+    ax.set_xlabel(f"burst (shaded: the last {TAIL})")
+    ax.set_ylabel("server resident memory (MiB)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.legend(fontsize=8, loc="upper right")
+    ax.set_title("pagedllm bench soak: memory after each burst, blocks and requests left behind")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -43,6 +43,7 @@ def load_engine(config: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from pagedllm.entrypoints.openai_server import bind, build_server
+    from pagedllm.entrypoints.server.memory import bound_onednn_cache
     from pagedllm.errors import InvalidInputError
 
     if args.max_waiting_requests is not None and args.max_waiting_requests < 1:
@@ -52,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     if args.api_key is not None and not args.api_key.strip():
         raise InvalidInputError("--api-key must not be empty or blank")
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(message)s")
+    bound_onednn_cache()
     engine = load_engine(engine_config_from_args(args))
     sock = bind(args.host, args.port)
     server = build_server(engine, args.host, args.port, args.max_waiting_requests,

@@ -135,13 +135,3 @@ def test_on_idle_runs_once_each_time_the_last_request_ends() -> None:
     run(main())
     assert len(calls) == 2
 
-
-def test_freed_memory_releaser_on_glibc() -> None:
-    import platform
-
-    from pagedllm.entrypoints.server.memory import freed_memory_releaser
-
-    if platform.libc_ver()[0] != "glibc":
-        pytest.skip(f"malloc_trim is glibc's; this C library is {platform.libc_ver()[0] or 'unknown'}")
-    release = freed_memory_releaser()
-    assert release is not None and release() in (0, 1)
