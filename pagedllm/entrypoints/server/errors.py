@@ -70,7 +70,7 @@ def from_abort(exc: RequestAborted) -> APIError:
 
 
 def unauthorized() -> APIError:
-    return APIError(401, "This server needs an API key: send it as 'Authorization: Bearer <key>'.",
+    return APIError(401, "Missing or wrong API key: send this server's key as 'Authorization: Bearer <key>'.",
                     type_="authentication_error", code="invalid_api_key",
                     headers={"WWW-Authenticate": "Bearer"})
 
