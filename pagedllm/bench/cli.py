@@ -1,4 +1,4 @@
-"""`pagedllm bench <throughput | sweep | serve>`: one subcommand per benchmark module.
+"""`pagedllm bench <throughput | sweep | serve | soak>`: one subcommand per benchmark module.
 
 Each module defines `add_arguments(parser)` and `run(args) -> int` and keeps torch imports inside `run`.
 `serve` lives in pagedllm/bench/serve.py and is registered only when that module exists.
