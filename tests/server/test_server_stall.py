@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import torch
 
 from pagedllm.config import EngineConfig
 from pagedllm.entrypoints.server.body_limit import DEFAULT_MAX_REQUEST_BYTES
@@ -37,9 +38,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
                               num_attention_heads=8, num_key_value_heads=4)
     config = EngineConfig(model=str(model_dir), block_size=16, num_blocks=600, max_num_seqs=4,
                           max_num_batched_tokens=256, max_model_len=CONTEXT, served_model_name="tiny-long")
+    # One torch thread: on a machine with more runnable threads than cores (the test client, the
+    # server's loop and workers, other processes), OpenMP's parallel regions stall on a descheduled
+    # thread and the step time jumps whatever the server does; this test is about the server.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     running = start_server(LLMEngine(config))
     yield running
     running.stop()
+    torch.set_num_threads(threads)
 
 
 def maximal_body(field: str) -> bytes:

@@ -33,7 +33,8 @@ CUT_SLACK = 4
 
 class PromptProcessor:
     def __init__(self, tokenizer: Any, vocab_size: int, max_model_len: int, workers: int = WORKERS) -> None:
-        self._pristine = copy.deepcopy(tokenizer)  # only ever copied, under the lock
+        # One copy per worker thread, made now: a copy takes tens of milliseconds, mostly holding the GIL.
+        self._spares = [copy.deepcopy(tokenizer) for _ in range(workers)]
         self._lock = threading.Lock()
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pagedllm-tokenize")
@@ -88,8 +89,8 @@ class PromptProcessor:
     def _tokenizer(self) -> Any:
         tokenizer = getattr(self._local, "tokenizer", None)
         if tokenizer is None:
-            with self._lock:
-                tokenizer = self._local.tokenizer = copy.deepcopy(self._pristine)
+            with self._lock:  # the pool starts at most `workers` threads, one spare each
+                tokenizer = self._local.tokenizer = self._spares.pop()
         return tokenizer
 
 
