@@ -17,7 +17,8 @@ from pagedllm.entrypoints.server.errors import from_abort, sse_error
 from pagedllm.entrypoints.server.logprobs import TokenText, chat_logprobs
 from pagedllm.entrypoints.server.prompts import PromptProcessor
 from pagedllm.entrypoints.server.request_body import parse_body
-from pagedllm.entrypoints.server.submission import Submission, check_model, submit, until_disconnected
+from pagedllm.entrypoints.server.submission import (Submission, check_capacity, check_model, submit,
+                                                     until_disconnected)
 from pagedllm.sampling_params import SamplingParams
 
 router = APIRouter()
@@ -26,6 +27,7 @@ router = APIRouter()
 @router.post("/v1/chat/completions")
 async def create_chat_completion(request: Request) -> Any:
     engine: AsyncEngine = request.app.state.engine
+    check_capacity(engine)
     body = await parse_body(request, ChatCompletionRequest)
     check_model(engine, body.model)
     body.check_stream_options()

@@ -70,11 +70,16 @@ def check_model(engine: AsyncEngine, name: str | None) -> None:
         raise model_not_found(name)
 
 
+def check_capacity(engine: AsyncEngine) -> None:
+    """503 when too many requests wait; checked first, so an overloaded server parses nothing."""
+    if engine.is_overloaded():
+        raise overloaded()
+
+
 async def submit(engine: AsyncEngine, prefix: str, prompts: list[list[int]],
                  params: SamplingParams, cache_salt: str | None) -> Submission:
     """Hand tokenized, checked prompts to the engine as one submission (503 when overloaded)."""
-    if engine.is_overloaded():
-        raise overloaded()
+    check_capacity(engine)  # again: others may have been admitted while this one was tokenized
     submission = Submission(engine, prefix)
     await submission.add(prompts, params, cache_salt)
     return submission
