@@ -4,6 +4,8 @@ The scheduler owns every sequence's life; the runner and the output stages read 
 results, holding no pointer back to the engine.
 """
 
+import atexit
+import gc
 import itertools
 import logging
 
@@ -57,6 +59,11 @@ class LLMEngine:
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self._log_capacity()
+        # Everything built so far (weights, tokenizer, the pool's bookkeeping) lives as long as the engine:
+        # keep it out of the garbage collector's scans, which otherwise took ~3% of a run's CPU time.
+        # Unfrozen at exit so that extension modules see their objects released at shutdown.
+        gc.freeze()
+        atexit.register(gc.unfreeze)
 
     # -- requests ------------------------------------------------------------------------
 
