@@ -131,6 +131,7 @@ class Kernel {
   // rows whose outputs stay in registers: 16 of the 32 AVX-512 registers, or 8 of AVX2's 16 (a 16-float
   // vector is one AVX-512 register, two AVX2 ones)
   static constexpr int64_t kRowBlock = std::clamp<int64_t>(kVectorBudget / kChunks, 1, 4);
+  static constexpr int64_t kMaxScoreVecs = 3;  // x 4 keys = 12 accumulators
 
   explicit Kernel(const PagedAttentionArgs& a)
       : a_(a), group_(group_size(a)), cache_(static_cast<const T*>(a.kv_cache)),
@@ -248,20 +249,34 @@ class Kernel {
 
   // Many rows: 16 rows per vector, one key element broadcast at a time (no horizontal sums).
   void score_lanes(Scratch& s, int64_t width, int64_t first_vec, int64_t n) const {
-    for (int64_t v = first_vec; v < width / kLanes; ++v) {
-      const float* q = s.q_lanes.data() + v * kLanes;
-      for (int64_t j = 0; j < n; j += 2) {  // two keys at once: independent accumulation chains
-        const T* k0 = row(s.k_rows[j]);
-        const T* k1 = row(s.k_rows[j + 1 < n ? j + 1 : j]);
-        f32x16 acc0{}, acc1{};
-        for (int64_t d = 0; d < kDim; ++d) {
-          const f32x16 qd = load16(q + d * width);
-          acc0 += qd * to_float(k0[d]);
-          acc1 += qd * to_float(k1[d]);
-        }
-        store16(s.scores.data() + j * width + v * kLanes, acc0);
-        if (j + 1 < n) store16(s.scores.data() + (j + 1) * width + v * kLanes, acc1);
+    const int64_t vecs = width / kLanes - first_vec;
+    for (int64_t v = 0; v < vecs; v += kMaxScoreVecs) {
+      switch (std::min(kMaxScoreVecs, vecs - v)) {
+        case 1: score_lanes_block<1>(s, width, first_vec + v, n); break;
+        case 2: score_lanes_block<2>(s, width, first_vec + v, n); break;
+        default: score_lanes_block<kMaxScoreVecs>(s, width, first_vec + v, n); break;
       }
+    }
+  }
+
+  // kVecs row vectors x 4 keys per pass: each query load and each key broadcast feeds several FMAs.
+  template <int kVecs>
+  void score_lanes_block(Scratch& s, int64_t width, int64_t vec, int64_t n) const {
+    const float* q = s.q_lanes.data() + vec * kLanes;
+    for (int64_t j = 0; j < n; j += 4) {
+      const T* k[4];
+      for (int64_t i = 0; i < 4; ++i) k[i] = row(s.k_rows[std::min(j + i, n - 1)]);
+      f32x16 acc[kVecs][4] = {};
+      for (int64_t d = 0; d < kDim; ++d) {
+        f32x16 qd[kVecs];
+        for (int64_t v = 0; v < kVecs; ++v) qd[v] = load16(q + d * width + v * kLanes);
+        for (int64_t i = 0; i < 4; ++i) {
+          const float kd = to_float(k[i][d]);
+          for (int64_t v = 0; v < kVecs; ++v) acc[v][i] += qd[v] * kd;
+        }
+      }
+      for (int64_t i = 0; i < 4 && j + i < n; ++i)
+        for (int64_t v = 0; v < kVecs; ++v) store16(s.scores.data() + (j + i) * width + (vec + v) * kLanes, acc[v][i]);
     }
   }
 
