@@ -27,6 +27,7 @@ namespace {
 constexpr int64_t kKeyTile = 16;          // keys scored together
 constexpr int64_t kRowsPerTile = 48;      // target rows (tokens x group heads) of one tile
 constexpr int64_t kAutoPartition = 256;   // keys per part when splitting for idle threads
+constexpr int64_t kPrefetchTiles = 2;     // key tiles between a prefetch and its use
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 #ifdef __AVX512F__
 constexpr int64_t kVectorBudget = 16;
@@ -175,20 +176,26 @@ class Kernel {
     Scratch& s = thread_scratch();
     s.resize(num_rows, width, kDim);
     load_queries(t, s, num_rows, width, lanes);
+    for (int64_t i = 1; i < kPrefetchTiles; ++i)  // the tiles the running prefetch below does not reach
+      if (key_begin + i * kKeyTile < key_end)
+        prefetch_keys(t, key_begin + i * kKeyTile, std::min(kKeyTile, key_end - key_begin - i * kKeyTile));
     for (int64_t key0 = key_begin; key0 < key_end; key0 += kKeyTile) {
       // rows are ordered by position: rows before `first` see no key from key0 on
       const int64_t first = std::max<int64_t>(0, key0 - t.first_key_pos) * group_;
       if (first >= num_rows) break;
       const int64_t n = std::min(kKeyTile, key_end - key0);
       point_at_keys(t, key0, n, s);
-      if (key0 + kKeyTile < key_end) prefetch_keys(t, key0 + kKeyTile, std::min(kKeyTile, key_end - key0 - kKeyTile));
+      const int64_t ahead = key0 + kPrefetchTiles * kKeyTile;  // far enough ahead to cover a trip to memory
+      if (ahead < key_end) prefetch_keys(t, ahead, std::min(kKeyTile, key_end - ahead));
       const int64_t first_vec = first / kLanes;
-      if (lanes)
+      if (lanes) {  // scores [key][row]: rows in vector lanes
         score_lanes(s, width, first_vec, n);
-      else
-        score_rows(s, width, first, num_rows, n);
-      softmax_step(s, width, first_vec, key0, n);
-      accumulate(s, width, first_vec * kLanes, num_rows, n);
+        softmax_lanes(s, width, first_vec, key0, n);
+        accumulate(s, first_vec * kLanes, num_rows, n, width, 1);
+      } else {  // scores [row][key]: keys in vector lanes
+        score_softmax_rows(s, first, num_rows, key0, n);
+        accumulate(s, first, num_rows, n, 1, kKeyTile);
+      }
     }
     if (partial != nullptr)
       save_partial(s, num_rows, partial);
@@ -280,22 +287,30 @@ class Kernel {
     }
   }
 
-  // Few rows (decodes): one dot product per (row, key), each key row loaded once for all rows.
-  void score_rows(Scratch& s, int64_t width, int64_t first, int64_t num_rows, int64_t n) const {
-    for (int64_t j = 0; j < n; ++j) {
-      f32x16 key[kChunks];
-      for (int64_t c = 0; c < kChunks; ++c) key[c] = load16(row(s.k_rows[j]) + c * kLanes);
-      for (int64_t r = first; r < num_rows; ++r) {
-        const float* q = s.q_rows.data() + r * kDim;
-        f32x16 acc = load16(q) * key[0];
-        for (int64_t c = 1; c < kChunks; ++c) acc += load16(q + c * kLanes) * key[c];
-        s.scores[j * width + r] = reduce_add(acc);
+  // Few rows (decodes): per row, 16 dot products reduced together into one vector of scores (keys in
+  // lanes), then the online softmax step on that vector; probabilities land in scores[row][key].
+  void score_softmax_rows(Scratch& s, int64_t first, int64_t num_rows, int64_t key0, int64_t n) const {
+    for (int64_t r = first; r < num_rows; ++r) {
+      const float* q = s.q_rows.data() + r * kDim;
+      f32x16 dots[kKeyTile];
+      for (int64_t j = 0; j < kKeyTile; ++j) {
+        const T* k = row(s.k_rows[std::min(j, n - 1)]);
+        dots[j] = load16(q) * load16(k);
+        for (int64_t c = 1; c < kChunks; ++c) dots[j] += load16(q + c * kLanes) * load16(k + c * kLanes);
       }
+      const float valid = static_cast<float>(std::min(n, static_cast<int64_t>(s.limit[r]) - key0 + 1));
+      const f32x16 scores = kIota < valid ? transpose_sums(dots) : splat(kNegInf);
+      const float new_max = std::max(s.m[r], reduce_max(scores));  // finite: row r sees key0
+      const f32x16 e = fast_exp(scores - new_max);
+      store16(s.scores.data() + r * kKeyTile, e);
+      s.alpha[r] = fast_exp(s.m[r] - new_max);
+      s.l[r] = s.l[r] * s.alpha[r] + reduce_add(e);
+      s.m[r] = new_max;
     }
   }
 
   // Online softmax over keys key0 .. key0+n-1 for 16 rows at a time; scores become probabilities.
-  void softmax_step(Scratch& s, int64_t width, int64_t first_vec, int64_t key0, int64_t n) const {
+  void softmax_lanes(Scratch& s, int64_t width, int64_t first_vec, int64_t key0, int64_t n) const {
     for (int64_t v = first_vec; v < width / kLanes; ++v) {
       const int64_t at = v * kLanes;
       const f32x16 limit = load16(s.limit.data() + at);
@@ -324,32 +339,31 @@ class Kernel {
   }
 
   // acc_r = alpha_r acc_r + sum_j p_rj v_j, up to kRowBlock rows at a time with their outputs in registers.
-  void accumulate(Scratch& s, int64_t width, int64_t first, int64_t num_rows, int64_t n) const {
+  // p_rj = s.scores[j * key_stride + r * row_stride].
+  void accumulate(Scratch& s, int64_t first, int64_t num_rows, int64_t n, int64_t key_stride,
+                  int64_t row_stride) const {
     for (int64_t r0 = first; r0 < num_rows; r0 += kRowBlock) {
       switch (std::min(kRowBlock, num_rows - r0)) {
-        case 1: accumulate_rows<1>(s, width, r0, n); break;
-        case 2: accumulate_rows<2>(s, width, r0, n); break;
-        case 3: accumulate_rows<3>(s, width, r0, n); break;
-        default: accumulate_rows<kRowBlock>(s, width, r0, n); break;
+        case 1: accumulate_rows<1>(s, r0, n, key_stride, row_stride); break;
+        case 2: accumulate_rows<2>(s, r0, n, key_stride, row_stride); break;
+        case 3: accumulate_rows<3>(s, r0, n, key_stride, row_stride); break;
+        default: accumulate_rows<kRowBlock>(s, r0, n, key_stride, row_stride); break;
       }
     }
   }
 
   template <int kRows>
-  void accumulate_rows(Scratch& s, int64_t width, int64_t r0, int64_t n) const {
-    f32x16 out[kRows][kChunks];
-    for (int64_t b = 0; b < kRows; ++b)
-      for (int64_t c = 0; c < kChunks; ++c) out[b][c] = load16(s.acc.data() + (r0 + b) * kDim + c * kLanes) * s.alpha[r0 + b];
-    for (int64_t j = 0; j < n; ++j) {
-      const T* v = row(s.v_rows[j]);
-      const float* p = s.scores.data() + j * width + r0;
-      for (int64_t c = 0; c < kChunks; ++c) {
-        const f32x16 vc = load16(v + c * kLanes);
-        for (int64_t b = 0; b < kRows; ++b) out[b][c] += vc * p[b];
+  void accumulate_rows(Scratch& s, int64_t r0, int64_t n, int64_t key_stride, int64_t row_stride) const {
+    const float* p = s.scores.data() + r0 * row_stride;
+    for (int64_t c = 0; c < kChunks; ++c) {  // one 16-wide slice of the head at a time: kRows accumulators
+      f32x16 out[kRows];
+      for (int64_t b = 0; b < kRows; ++b) out[b] = load16(s.acc.data() + (r0 + b) * kDim + c * kLanes) * s.alpha[r0 + b];
+      for (int64_t j = 0; j < n; ++j) {
+        const f32x16 v = load16(row(s.v_rows[j]) + c * kLanes);
+        for (int64_t b = 0; b < kRows; ++b) out[b] += v * p[j * key_stride + b * row_stride];
       }
+      for (int64_t b = 0; b < kRows; ++b) store16(s.acc.data() + (r0 + b) * kDim + c * kLanes, out[b]);
     }
-    for (int64_t b = 0; b < kRows; ++b)
-      for (int64_t c = 0; c < kChunks; ++c) store16(s.acc.data() + (r0 + b) * kDim + c * kLanes, out[b][c]);
   }
 
   // partial layout per row: acc [dim], then m, then l

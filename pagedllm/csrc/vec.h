@@ -99,12 +99,39 @@ inline void store16(bf16_t* p, f32x16 v) {
 }
 
 inline f32x16 vmax(f32x16 a, f32x16 b) { return a > b ? a : b; }
+inline f32x8 vmax8(f32x8 a, f32x8 b) { return a > b ? a : b; }
+constexpr f32x16 kIota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
 inline float reduce_add(f32x16 v) {
   const f32x8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
                   __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
   const f32x4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
   return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
+// Sixteen horizontal sums at once: lane j of the result is the sum of the lanes of x[j] (j < 16), by a
+// tree of two-vector shuffles (15 steps of 2 shuffles + 1 add) instead of 16 separate reductions.
+inline f32x16 transpose_sums(const f32x16* x) {
+  f32x16 t[8], u[4], w[2];
+  for (int i = 0; i < 8; ++i)  // lanes 0-7: 8 partials of x[2i]; lanes 8-15: of x[2i+1]
+    t[i] = __builtin_shufflevector(x[2 * i], x[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+           __builtin_shufflevector(x[2 * i], x[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  for (int i = 0; i < 4; ++i)  // 4 partials each of 4 consecutive x
+    u[i] = __builtin_shufflevector(t[2 * i], t[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+           __builtin_shufflevector(t[2 * i], t[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  for (int i = 0; i < 2; ++i)  // 2 partials each of 8 consecutive x
+    w[i] = __builtin_shufflevector(u[2 * i], u[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+           __builtin_shufflevector(u[2 * i], u[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+  return __builtin_shufflevector(w[0], w[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+         __builtin_shufflevector(w[0], w[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
+
+inline float reduce_max(f32x16 v) {
+  const f32x8 a = vmax8(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7),
+                        __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15));
+  float out = a[0];
+  for (int i = 1; i < 8; ++i) out = out > a[i] ? out : a[i];
+  return out;
 }
 
 // fast_exp on 16 lanes (same method and accuracy).
