@@ -8,21 +8,30 @@
 namespace pagedllm {
 namespace {
 
-template <typename T>
-T round_to(float x) {
-  T out;
-  store(&out, x);
-  return out;
+// x rounded to T's precision, as float (what the reference gets by casting to T and back).
+inline float rounded(float x, float*) { return x; }
+inline float rounded(float x, bf16_t*) { return to_float(round_to_bf16(x)); }
+inline f32x16 rounded(f32x16 x, float*) { return x; }
+inline f32x16 rounded(f32x16 x, bf16_t*) { return round_to_bf16(x); }
+
+// f(i, values at i) over [0, width): 16 lanes at a time, then the tail one by one.
+template <typename VecF, typename ScalarF>
+void for_lanes(int64_t width, const VecF& vec_f, const ScalarF& scalar_f) {
+  int64_t i = 0;
+  for (; i + kLanes <= width; i += kLanes) vec_f(i);
+  for (; i < width; ++i) scalar_f(i);
 }
 
 template <typename T>
 void norm_row(T* x, const T* src, const T* weight, int64_t width, float eps) {
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < width; ++i) sum += to_float(src[i]) * to_float(src[i]);
-  const float inv = 1.0f / std::sqrt(sum / static_cast<float>(width) + eps);
-  for (int64_t i = 0; i < width; ++i)
-    store(x + i, to_float(weight[i]) * to_float(round_to<T>(to_float(src[i]) * inv)));
+  f32x16 squares{};
+  float tail = 0.0f;
+  for_lanes(width, [&](int64_t i) { const f32x16 v = load16(src + i); squares += v * v; },
+            [&](int64_t i) { tail += to_float(src[i]) * to_float(src[i]); });
+  const float inv = 1.0f / std::sqrt((reduce_add(squares) + tail) / static_cast<float>(width) + eps);
+  T* tag = nullptr;
+  for_lanes(width, [&](int64_t i) { store16(x + i, load16(weight + i) * rounded(load16(src + i) * inv, tag)); },
+            [&](int64_t i) { store(x + i, to_float(weight[i]) * rounded(to_float(src[i]) * inv, tag)); });
 }
 
 }  // namespace
@@ -38,7 +47,8 @@ void add_rms_norm(T* x, int64_t x_stride, T* residual, int64_t residual_stride, 
         continue;
       }
       T* res = residual + r * residual_stride;
-      for (int64_t i = 0; i < width; ++i) store(res + i, to_float(res[i]) + to_float(xr[i]));
+      for_lanes(width, [&](int64_t i) { store16(res + i, load16(res + i) + load16(xr + i)); },
+                [&](int64_t i) { store(res + i, to_float(res[i]) + to_float(xr[i])); });
       norm_row(xr, res, weight, width, eps);
     }
   });
@@ -52,12 +62,20 @@ void rotary(T* x, int64_t stride, int64_t rows, int64_t num_heads, int64_t head_
       const T* c = cos + r * head_dim;
       const T* s = sin + r * head_dim;
       for (int64_t h = 0; h < num_heads; ++h) {
-        T* head = x + r * stride + h * head_dim;
-        for (int64_t i = 0; i < half; ++i) {
-          const float lo = to_float(head[i]), hi = to_float(head[i + half]);
-          store(head + i, lo * to_float(c[i]) - hi * to_float(s[i]));
-          store(head + i + half, hi * to_float(c[i + half]) + lo * to_float(s[i + half]));
-        }
+        T* lo = x + r * stride + h * head_dim;
+        T* hi = lo + half;
+        for_lanes(
+            half,
+            [&](int64_t i) {
+              const f32x16 a = load16(lo + i), b = load16(hi + i);
+              store16(lo + i, a * load16(c + i) - b * load16(s + i));
+              store16(hi + i, b * load16(c + half + i) + a * load16(s + half + i));
+            },
+            [&](int64_t i) {
+              const float a = to_float(lo[i]), b = to_float(hi[i]);
+              store(lo + i, a * to_float(c[i]) - b * to_float(s[i]));
+              store(hi + i, b * to_float(c[half + i]) + a * to_float(s[half + i]));
+            });
       }
     }
   });

@@ -21,14 +21,15 @@ inline float to_float(bf16_t x) {
   return out;
 }
 
-inline void store(float* dst, float x) { *dst = x; }
-
-inline void store(bf16_t* dst, float x) {
+inline bf16_t round_to_bf16(float x) {
   uint32_t bits;
   std::memcpy(&bits, &x, sizeof bits);
   const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;  // round to nearest even
-  *dst = static_cast<bf16_t>(x != x ? 0x7FC0u : rounded);
+  return static_cast<bf16_t>(x != x ? 0x7FC0u : rounded);
 }
+
+inline void store(float* dst, float x) { *dst = x; }
+inline void store(bf16_t* dst, float x) { *dst = round_to_bf16(x); }
 
 inline float clamp(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
@@ -90,11 +91,18 @@ inline f32x16 load16(const bf16_t* p) {
 
 inline void store16(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
 
-inline void store16(bf16_t* p, f32x16 v) {
+// The bfloat16 bits of v (round to nearest even; NaN stays NaN), in the high halves of 32-bit lanes.
+inline u32x16 bf16_bits(f32x16 v) {
   const u32x16 bits = bit_cast<u32x16>(v);
-  const u32x16 rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;  // round to nearest even
-  const u32x16 out = v != v ? u32x16{} + 0x7FC0u : rounded;
-  const u16x16 half = __builtin_convertvector(out, u16x16);
+  const u32x16 rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
+  return v != v ? u32x16{} + 0x7FC00000u : rounded;
+}
+
+// v rounded to bfloat16 precision, kept as float.
+inline f32x16 round_to_bf16(f32x16 v) { return bit_cast<f32x16>(bf16_bits(v)); }
+
+inline void store16(bf16_t* p, f32x16 v) {
+  const u16x16 half = __builtin_convertvector(bf16_bits(v) >> 16, u16x16);
   std::memcpy(p, &half, sizeof half);
 }
 
