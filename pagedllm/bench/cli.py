@@ -9,7 +9,7 @@ import importlib
 
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "throughput": ("pagedllm.bench.throughput", "offline throughput: all requests at once, optional baselines"),
-    "sweep": ("pagedllm.bench.sweep", "sweep block size or max_num_seqs: throughput and KV waste per point"),
+    "sweep": ("pagedllm.bench.sweep", "sweep block size, max_num_seqs or max_num_batched_tokens: throughput and KV waste per point"),
     "serve": ("pagedllm.bench.serve", "online serving latency against a running server"),
     "soak": ("pagedllm.bench.soak", "bursts of streams, hang-ups and bad requests: leaks and memory growth"),
 }

@@ -42,6 +42,7 @@ class RunResult:
     tpot: Summary | None = None
     config: dict = field(default_factory=dict)
     samples: list[StepSample] = field(default_factory=list)
+    cpu_s: float | None = None  # CPU time of the process over the run (all threads): robust on a shared machine
 
     @property
     def requests_per_s(self) -> float:
@@ -104,12 +105,14 @@ def warm_up(engine) -> None:
 def run_engine(engine, workload: Workload, label: str, progress: bool = True) -> RunResult:
     """Submit every request at once, step to the end, poll the KV pool after each step."""
     before = engine.stats()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for i, request in enumerate(workload.requests):
         engine.add_request(f"bench-{i}", request.prompt, sampling_params(request, workload.seed + i))
     samples, finished = _step_to_end(engine, len(workload.requests), start, progress, label)
     elapsed = time.perf_counter() - start
-    return _result(engine, workload, label, elapsed, before, samples, finished)
+    result = _result(engine, workload, label, elapsed, before, samples, finished)
+    result.cpu_s = time.process_time() - cpu_start
+    return result
 
 
 def _step_to_end(engine, count: int, start: float, progress: bool, label: str) -> tuple[list[StepSample], list]:

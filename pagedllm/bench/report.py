@@ -9,6 +9,7 @@ from pagedllm.bench.engine_runner import RunResult
 COLUMNS = [  # (header, key in run_to_dict, format)
     ("run", "label", "{}"),
     ("time s", "elapsed_s", "{:.1f}"),
+    ("CPU s", "cpu_s", "{:.1f}"),
     ("req/s", "requests_per_s", "{:.2f}"),
     ("out tok/s", "output_tokens_per_s", "{:.1f}"),
     ("total tok/s", "total_tokens_per_s", "{:.1f}"),
@@ -25,6 +26,7 @@ def run_to_dict(run: RunResult, with_timeline: bool = True) -> dict:
     out = {
         "label": run.label,
         "elapsed_s": run.elapsed_s,
+        "cpu_s": run.cpu_s,
         "num_requests": run.num_requests,
         "prompt_tokens": run.prompt_tokens,
         "output_tokens": run.output_tokens,

@@ -9,8 +9,10 @@ from pagedllm.bench.throughput import add_output_arguments
 from pagedllm.bench.workloads import WORKLOADS
 from pagedllm.entrypoints.engine_args import add_engine_arguments
 
-PARAMETERS = {"block-size": "block_size", "max-num-seqs": "max_num_seqs"}
-DEFAULT_VALUES = {"block-size": "1,2,4,8,16,32,64,128,256", "max-num-seqs": "1,2,4,8,16,32,64"}
+PARAMETERS = {"block-size": "block_size", "max-num-seqs": "max_num_seqs",
+              "max-num-batched-tokens": "max_num_batched_tokens"}  # fmt: skip
+DEFAULT_VALUES = {"block-size": "1,2,4,8,16,32,64,128,256", "max-num-seqs": "1,2,4,8,16,32,64",
+                  "max-num-batched-tokens": "256,512,1024,2048,4096"}  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,5 +74,5 @@ def run_sweep(args: argparse.Namespace) -> dict:
 
 def _point(value: int, run: dict) -> dict:
     keys = ("output_tokens_per_s", "total_tokens_per_s", "requests_per_s", "mean_kv_waste", "peak_blocks_used",
-            "num_blocks", "num_preemptions", "elapsed_s")  # fmt: skip
+            "num_blocks", "num_preemptions", "elapsed_s", "cpu_s")  # fmt: skip
     return {"value": value, **{k: run[k] for k in keys}}

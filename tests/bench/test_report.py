@@ -16,7 +16,7 @@ def engine_run() -> RunResult:
     return RunResult("pagedllm", elapsed_s=4.0, num_requests=8, prompt_tokens=600, output_tokens=200, steps=2,
                      peak_blocks_used=12, num_blocks=100, block_size=16, prefix_hit_rate=0.25, num_preemptions=1,
                      mean_waste=0.1, peak_running_seqs=7, mean_running_seqs=6.0, ttft=summarize([0.1, 0.3]),
-                     tpot=summarize([]), samples=samples)  # fmt: skip
+                     tpot=summarize([]), samples=samples, cpu_s=7.5)  # fmt: skip
 
 
 def contiguous_run() -> RunResult:
@@ -25,7 +25,7 @@ def contiguous_run() -> RunResult:
 
 
 def hf_run() -> RunResult:
-    return RunResult("transformers", elapsed_s=10.0, num_requests=8, prompt_tokens=600, output_tokens=200)
+    return RunResult("transformers", elapsed_s=10.0, num_requests=8, prompt_tokens=600, output_tokens=200, cpu_s=19.0)
 
 
 def report() -> dict:
@@ -73,8 +73,8 @@ def test_markdown_has_conditions_table_and_ratio(tmp_path):
     assert "`pagedllm bench throughput --baseline hf`" in md
     assert "Test CPU, 2 threads, torch 2.13.0" in md and "0.1.0 @ abc123" in md
     assert "prompts 16/75.0/200 (min/mean/max)" in md
-    assert "| pagedllm | 4.0 | 2.00 | 50.0 | 200.0 | 12/100 | 7 | 6.0 | 10.0% | 25.0% | 1 |" in md
-    assert "| transformers | 10.0 | 0.80 | 20.0 | 80.0 | - | - | - | - | - | - |" in md
+    assert "| pagedllm | 4.0 | 7.5 | 2.00 | 50.0 | 200.0 | 12/100 | 7 | 6.0 | 10.0% | 25.0% | 1 |" in md
+    assert "| transformers | 10.0 | 19.0 | 0.80 | 20.0 | 80.0 | - | - | - | - | - | - |" in md
     assert "**pagedllm / transformers: 2.50x**" in md
     assert "**paged / contiguous: 2.00x throughput, 4.00x running sequences (mean), 3.50x (peak)**" in md
     write_markdown(report(), tmp_path / "r.md")
