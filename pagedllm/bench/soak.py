@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pagedllm.errors import UserFacingError
 
-DEFAULT_SERVE_ARGS = "--kv-cache-memory 64MiB --max-num-seqs 64"
+DEFAULT_SERVE_ARGS = "--kv-cache-memory 16MiB --max-num-seqs 64"  # 45 blocks of the default model: it preempts
 TAIL = 5  # bursts over which memory must have levelled off
 
 
