@@ -64,8 +64,8 @@ def print_split(stats: pstats.Stats, elapsed: float) -> None:
 
 
 def _native(name: str) -> bool:
-    """A call into compiled code: a torch built-in, or a pybind function (torch.ops, pagedllm's kernels)."""
-    return "torch" in name.lower() or "PyCapsule" in name
+    """A call into compiled code: a torch built-in, torch.ops, or pagedllm's compiled kernels."""
+    return "torch" in name.lower() or "PyCapsule" in name or "pagedllm_cpu" in name
 
 
 if __name__ == "__main__":
