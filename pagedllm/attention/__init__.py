@@ -43,20 +43,22 @@ __all__ = [
 IMPLS = ("auto", "compiled", "fast", "reference", "blockwise")
 
 
-def resolve_impl(impl: str) -> str:
-    """The implementation "auto" stands for on this machine; any other name unchanged."""
+def resolve_impl(impl: str, query: torch.Tensor) -> str:
+    """The implementation "auto" stands for on this machine for this query; any other name unchanged."""
     if impl != "auto":
         return impl
     from pagedllm.kernels import load_cpu_kernels
 
-    return "compiled" if load_cpu_kernels() is not None else "fast"
+    kernels = load_cpu_kernels()
+    covered = query.dtype in (torch.float32, torch.bfloat16) and query.device.type == "cpu"
+    return "compiled" if kernels is not None and covered and kernels.supports_head_dim(query.shape[-1]) else "fast"
 
 
 def paged_attention(
     query: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata, scale: float, impl: str = "auto"
 ) -> torch.Tensor:
     """query: [num_tokens, num_heads, head_dim]; returns the same shape."""
-    impl = resolve_impl(impl)
+    impl = resolve_impl(impl, query)
     if impl == "compiled":
         from pagedllm.attention.compiled import compiled_attention
 
