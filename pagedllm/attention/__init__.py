@@ -47,11 +47,9 @@ def resolve_impl(impl: str, query: torch.Tensor) -> str:
     """The implementation "auto" stands for on this machine for this query; any other name unchanged."""
     if impl != "auto":
         return impl
-    from pagedllm.kernels import load_cpu_kernels
+    from pagedllm.attention.compiled import compiled_covers
 
-    kernels = load_cpu_kernels()
-    covered = query.dtype in (torch.float32, torch.bfloat16) and query.device.type == "cpu"
-    return "compiled" if kernels is not None and covered and kernels.supports_head_dim(query.shape[-1]) else "fast"
+    return "compiled" if compiled_covers(query.shape[-1], query.dtype, query.device.type) else "fast"
 
 
 def paged_attention(

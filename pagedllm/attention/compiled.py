@@ -19,6 +19,17 @@ def kernels() -> ModuleType:
     return module
 
 
+def compiled_covers(head_dim: int, dtype: torch.dtype, device_type: str = "cpu") -> bool:
+    """Whether the compiled kernels loaded here and have a path for this head size, dtype and device."""
+    module = load_cpu_kernels()
+    return (
+        module is not None
+        and device_type == "cpu"
+        and dtype in (torch.float32, torch.bfloat16)
+        and module.supports_head_dim(head_dim)
+    )
+
+
 def compiled_attention(
     query: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata, scale: float, partition_size: int = 0
 ) -> torch.Tensor:

@@ -5,26 +5,11 @@ import platform
 import subprocess
 from pathlib import Path
 
+from pagedllm.kernels import cpu_isa, cpuinfo
+
 
 def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
-
-
-def cpu_isa() -> list[str]:
-    """The vector-instruction flags that decide the kernels' and dtype's paths, as the CPU reports them."""
-    from pagedllm.kernels import cpu_flags
-
-    present = set(cpu_flags())
-    return [flag for flag in ISA_FLAGS if flag in present]
+    return cpuinfo("model name") or platform.processor() or "unknown"
 
 
 def git_commit() -> str | None:

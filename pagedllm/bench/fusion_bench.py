@@ -14,28 +14,26 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from pagedllm.model.layers import apply_rotary
+from pagedllm.model.layers import RMSNorm, apply_rotary
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE, EPS = 576, 9, 3, 64, 1536, 1e-5
 
 
-def eager_layer(x, residual, qkv, gate_up, w, cos, sin):
+def eager_layer(x, residual, qkv, gate_up, norm, cos, sin):
     """The reference layer's elementwise ops, as the torch path runs them."""
     residual = residual + x
-    x32 = residual.float()
-    normed = w * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + EPS)).to(x.dtype)
+    normed = norm(residual)
     q = qkv[:, : HEADS * HEAD_DIM].view(-1, HEADS, HEAD_DIM)
     k = qkv[:, HEADS * HEAD_DIM : (HEADS + KV_HEADS) * HEAD_DIM].view(-1, KV_HEADS, HEAD_DIM)
     q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-    residual2 = residual + normed
-    y32 = residual2.float()
-    normed2 = w * (y32 * torch.rsqrt(y32.pow(2).mean(-1, keepdim=True) + EPS)).to(x.dtype)
+    normed2 = norm(residual + normed)
     gate, up = gate_up.chunk(2, dim=-1)
     return normed2, q, k, F.silu(gate) * up
 
 
-def kernel_layer(kernels, x, residual, qkv, gate_up, w, cos, sin):
+def kernel_layer(kernels, x, residual, qkv, gate_up, norm, cos, sin):
     """The same work through the fused ops (in place where the compiled path is)."""
+    w = norm.weight
     kernels.add_rms_norm(x, residual, w, EPS)
     q = qkv[:, : HEADS * HEAD_DIM].view(-1, HEADS, HEAD_DIM)
     k = qkv[:, HEADS * HEAD_DIM : (HEADS + KV_HEADS) * HEAD_DIM].view(-1, KV_HEADS, HEAD_DIM)
@@ -61,7 +59,8 @@ def inputs(tokens: int, dtype: torch.dtype) -> tuple:
     qkv = torch.randn(tokens, (HEADS + 2 * KV_HEADS) * HEAD_DIM, generator=gen).to(dtype)
     gate_up = torch.randn(tokens, 2 * INTERMEDIATE, generator=gen).to(dtype)
     angles = torch.rand(tokens, 1, HEAD_DIM, generator=gen)
-    return x, x.clone(), qkv, gate_up, torch.ones(HIDDEN, dtype=dtype), angles.cos().to(dtype), angles.sin().to(dtype)
+    norm = RMSNorm(HIDDEN, EPS).to(dtype)
+    return x, x.clone(), qkv, gate_up, norm, angles.cos().to(dtype), angles.sin().to(dtype)
 
 
 def main(argv: list[str] | None = None) -> None:

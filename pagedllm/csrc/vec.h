@@ -31,33 +31,6 @@ inline bf16_t round_to_bf16(float x) {
 inline void store(float* dst, float x) { *dst = x; }
 inline void store(bf16_t* dst, float x) { *dst = round_to_bf16(x); }
 
-inline float clamp(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
-
-// e^x within ~2 float ulps for x in [-87, 88]; exactly 0 below -87 (so a masked score of -inf weighs 0).
-// e^x = 2^n * e^f with n = round(x / ln 2) and |f| <= ln(2) / 2, e^f by its degree-7 Taylor polynomial.
-inline float fast_exp(float x) {
-  const float clamped = clamp(x, -87.0f, 88.0f);
-  const float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer kept in the low bits
-  const float shifted = clamped * 1.44269504088896341f + magic;
-  const float n = shifted - magic;
-  int32_t n_int;
-  std::memcpy(&n_int, &shifted, sizeof n_int);
-  n_int -= 0x4B400000;  // the bit pattern of `magic`
-  const float f = (clamped - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;  // ln 2 = hi + lo
-  float p = 1.0f / 5040.0f;
-  p = p * f + 1.0f / 720.0f;
-  p = p * f + 1.0f / 120.0f;
-  p = p * f + 1.0f / 24.0f;
-  p = p * f + 1.0f / 6.0f;
-  p = p * f + 0.5f;
-  p = p * f + 1.0f;
-  p = p * f + 1.0f;
-  const int32_t scale_bits = (n_int + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &scale_bits, sizeof scale);
-  return x < -87.0f ? 0.0f : p * scale;
-}
-
 constexpr int64_t kLanes = 16;
 typedef float f32x16 __attribute__((vector_size(64)));
 typedef int32_t i32x16 __attribute__((vector_size(64)));
@@ -142,14 +115,18 @@ inline float reduce_max(f32x16 v) {
   return out;
 }
 
-// fast_exp on 16 lanes (same method and accuracy).
-inline f32x16 fast_exp(f32x16 x) {
-  const f32x16 clamped = x < -87.0f ? splat(-87.0f) : (x > 88.0f ? splat(88.0f) : x);
-  const f32x16 shifted = clamped * 1.44269504088896341f + 12582912.0f;
-  const f32x16 n = shifted - 12582912.0f;
-  const i32x16 n_int = bit_cast<i32x16>(shifted) - 0x4B400000;
-  const f32x16 f = (clamped - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;
-  f32x16 p = splat(1.0f / 5040.0f);
+// e^x within ~2 float ulps for x in [-87, 88]; exactly 0 below -87 (so a masked score of -inf weighs 0).
+// e^x = 2^n * e^f with n = round(x / ln 2) and |f| <= ln(2) / 2, e^f by its degree-7 Taylor polynomial.
+// One body for a float (F = float, I = int32_t) and for 16 lanes (F = f32x16, I = i32x16).
+template <typename F, typename I>
+inline F exp_approx(F x) {
+  const F zero{};
+  const F clamped = x < -87.0f ? zero - 87.0f : (x > 88.0f ? zero + 88.0f : x);
+  const F shifted = clamped * 1.44269504088896341f + 12582912.0f;  // + 1.5 * 2^23 rounds to an integer
+  const F n = shifted - 12582912.0f;
+  const I n_int = bit_cast<I>(shifted) - 0x4B400000;  // that integer, from the low bits
+  const F f = (clamped - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;  // ln 2 = hi + lo
+  F p = zero + 1.0f / 5040.0f;
   p = p * f + 1.0f / 720.0f;
   p = p * f + 1.0f / 120.0f;
   p = p * f + 1.0f / 24.0f;
@@ -157,8 +134,10 @@ inline f32x16 fast_exp(f32x16 x) {
   p = p * f + 0.5f;
   p = p * f + 1.0f;
   p = p * f + 1.0f;
-  const f32x16 scale = bit_cast<f32x16>((n_int + 127) << 23);
-  return x < -87.0f ? f32x16{} : p * scale;
+  return x < -87.0f ? zero : p * bit_cast<F>((n_int + 127) << 23);
 }
+
+inline float fast_exp(float x) { return exp_approx<float, int32_t>(x); }
+inline f32x16 fast_exp(f32x16 x) { return exp_approx<f32x16, i32x16>(x); }
 
 }  // namespace pagedllm

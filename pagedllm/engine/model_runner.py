@@ -98,18 +98,18 @@ def resolve_attention_impl(impl: str, head_dim: int, dtype: torch.dtype) -> str:
     """Validate early (at construction, not mid-step) and decide what "auto" means for this model here:
     the compiled kernels when they loaded and cover the head size and dtype, else the torch path."""
     from pagedllm.attention import IMPLS
+    from pagedllm.attention.compiled import compiled_covers
     from pagedllm.kernels import load_cpu_kernels
 
     if impl not in IMPLS:
         raise InvalidInputError(f"unknown attention impl {impl!r}; choose one of {', '.join(IMPLS)}")
     if impl not in ("auto", "compiled"):
         return impl
-    kernels = load_cpu_kernels()
-    if kernels is not None and kernels.supports_head_dim(head_dim) and dtype in (torch.float32, torch.bfloat16):
+    if compiled_covers(head_dim, dtype):
         return "compiled"
     if impl == "compiled":
         raise InvalidInputError(f"the compiled CPU kernels are unavailable for head_dim {head_dim}, {dtype} here")
-    if kernels is not None:
+    if load_cpu_kernels() is not None:
         logger.info("compiled kernels have no path for head_dim %d / %s; using the torch attention", head_dim, dtype)
     return "fast"
 

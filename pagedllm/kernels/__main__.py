@@ -3,13 +3,13 @@
 import logging
 import sys
 
-from pagedllm.kernels.build import build_cpu_kernels, cpu_flags
+from pagedllm.kernels.build import build_cpu_kernels, cpu_isa
 
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     module = build_cpu_kernels()
-    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in cpu_flags()]
+    isa = cpu_isa()
     if module is None:
         print(f"compiled CPU kernels unavailable (CPU flags: {' '.join(isa) or 'none'}); the torch path will be used")
         return 0

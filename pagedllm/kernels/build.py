@@ -26,15 +26,29 @@ CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-DNDEBUG")
 DISABLE_ENV = "PAGEDLLM_DISABLE_KERNELS"
 
 
-def cpu_flags() -> list[str]:
-    """The flags line of /proc/cpuinfo (empty where there is none)."""
+ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")  # what picks the kernels' and dtype's paths
+
+
+def cpuinfo(field: str) -> str | None:
+    """The value of the first `field` line of /proc/cpuinfo, or None where there is none."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return line.split(":", 1)[1].split()
+            if line.startswith(field):
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return []
+    return None
+
+
+def cpu_flags() -> list[str]:
+    """The CPU's flags (empty where /proc/cpuinfo has none)."""
+    return (cpuinfo("flags") or "").split()
+
+
+def cpu_isa() -> list[str]:
+    """The vector-instruction flags among ISA_FLAGS that this CPU reports."""
+    present = set(cpu_flags())
+    return [flag for flag in ISA_FLAGS if flag in present]
 
 
 def compiler() -> str | None:
