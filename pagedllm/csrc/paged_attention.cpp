@@ -29,11 +29,6 @@ constexpr int64_t kRowsPerTile = 48;      // target rows (tokens x group heads) 
 constexpr int64_t kAutoPartition = 256;   // keys per part when splitting for idle threads
 constexpr int64_t kPrefetchTiles = 2;     // key tiles between a prefetch and its use
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-#ifdef __AVX512F__
-constexpr int64_t kVectorBudget = 16;
-#else
-constexpr int64_t kVectorBudget = 4;
-#endif
 
 struct Tile {
   int64_t seq, kv_head;
@@ -104,7 +99,7 @@ WorkList make_work(const PagedAttentionArgs& a) {
 struct Scratch {
   std::vector<float> q_rows;    // [rows][dim], scaled
   std::vector<float> q_lanes;   // [dim][padded rows]: the same, rows in vector lanes
-  std::vector<float> scores;    // [kKeyTile][padded rows]: scores, then probabilities
+  std::vector<float> scores;    // scores, then probabilities: [key][padded rows], or [row][key] for few rows
   std::vector<float> acc;       // [rows][dim]: unnormalised output
   std::vector<float> m, l, alpha, limit;  // [padded rows]; limit: the last key position a row may see
   const void* k_rows[kKeyTile];  // the current key tile's K and V rows, in the cache
@@ -129,9 +124,7 @@ template <typename T, int kChunks>
 class Kernel {
  public:
   static constexpr int64_t kDim = kChunks * kLanes;
-  // rows whose outputs stay in registers: 16 of the 32 AVX-512 registers, or 8 of AVX2's 16 (a 16-float
-  // vector is one AVX-512 register, two AVX2 ones)
-  static constexpr int64_t kRowBlock = std::clamp<int64_t>(kVectorBudget / kChunks, 1, 4);
+  static constexpr int64_t kRowBlock = 4;  // rows whose 16-wide output slices stay in registers together
   static constexpr int64_t kMaxScoreVecs = 3;  // x 4 keys = 12 accumulators
 
   explicit Kernel(const PagedAttentionArgs& a)
