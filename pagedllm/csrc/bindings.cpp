@@ -117,15 +117,17 @@ void copy_blocks_op(const std::vector<torch::Tensor>& caches, const torch::Tenso
   check_index(src, "src");
   check_index(dst, "dst");
   TORCH_CHECK(src.sizes() == dst.sizes() && src.dim() == 1, "src and dst must be 1-D and of one length");
-  for (const torch::Tensor& cache : caches) {
+  if (src.numel() == 0) return;
+  const int64_t lowest = std::min(src.min().item<int64_t>(), dst.min().item<int64_t>());
+  const int64_t highest = std::max(src.max().item<int64_t>(), dst.max().item<int64_t>());
+  std::vector<CacheShape> shapes;
+  for (const torch::Tensor& cache : caches) {  // every cache checked before any is written
     check_cpu(cache, "kv_cache");
-    const CacheShape shape = cache_shape(cache);
-    if (src.numel() > 0)
-      TORCH_CHECK(std::max(src.max().item<int64_t>(), dst.max().item<int64_t>()) < shape.num_blocks &&
-                      std::min(src.min().item<int64_t>(), dst.min().item<int64_t>()) >= 0,
-                  "block id out of range");
-    copy_blocks(cache.data_ptr(), shape, src.data_ptr<int64_t>(), dst.data_ptr<int64_t>(), src.numel());
+    shapes.push_back(cache_shape(cache));
+    TORCH_CHECK(lowest >= 0 && highest < shapes.back().num_blocks, "block id out of range");
   }
+  for (size_t i = 0; i < caches.size(); ++i)
+    copy_blocks(caches[i].data_ptr(), shapes[i], src.data_ptr<int64_t>(), dst.data_ptr<int64_t>(), src.numel());
 }
 
 void add_rms_norm_op(torch::Tensor x, const c10::optional<torch::Tensor>& residual, const torch::Tensor& weight,
