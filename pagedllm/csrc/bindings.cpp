@@ -117,15 +117,16 @@ void copy_blocks_op(const std::vector<torch::Tensor>& caches, const torch::Tenso
   check_index(src, "src");
   check_index(dst, "dst");
   TORCH_CHECK(src.sizes() == dst.sizes() && src.dim() == 1, "src and dst must be 1-D and of one length");
-  if (src.numel() == 0) return;
-  const int64_t lowest = std::min(src.min().item<int64_t>(), dst.min().item<int64_t>());
-  const int64_t highest = std::max(src.max().item<int64_t>(), dst.max().item<int64_t>());
   std::vector<CacheShape> shapes;
   for (const torch::Tensor& cache : caches) {  // every cache checked before any is written
     check_cpu(cache, "kv_cache");
     shapes.push_back(cache_shape(cache));
-    TORCH_CHECK(lowest >= 0 && highest < shapes.back().num_blocks, "block id out of range");
   }
+  if (src.numel() == 0) return;
+  const int64_t lowest = std::min(src.min().item<int64_t>(), dst.min().item<int64_t>());
+  const int64_t highest = std::max(src.max().item<int64_t>(), dst.max().item<int64_t>());
+  for (const CacheShape& shape : shapes)
+    TORCH_CHECK(lowest >= 0 && highest < shape.num_blocks, "block id out of range");
   for (size_t i = 0; i < caches.size(); ++i)
     copy_blocks(caches[i].data_ptr(), shapes[i], src.data_ptr<int64_t>(), dst.data_ptr<int64_t>(), src.numel());
 }
