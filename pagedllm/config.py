@@ -37,9 +37,13 @@ class EngineConfig:
     dtype: str = option(
         "auto", "weights and KV cache dtype; auto = bfloat16 where the CPU has native bf16, else float32", DTYPES
     )
+    device: str = option("auto", "auto (CUDA when torch sees a GPU, else the CPU), cpu, cuda or cuda:N")
     block_size: int = option(16, "tokens per KV block")
     kv_cache_memory: str | int = option("2GiB", "memory for the KV pool, e.g. 2GiB; ignored when --num-blocks is set")
     num_blocks: int | None = option(None, "KV pool size in blocks (default: from --kv-cache-memory)")
+    gpu_memory_utilization: float = option(
+        0.9, "on CUDA: fraction of the GPU's memory for weights, activations and the KV pool (sizes the pool)"
+    )
     max_num_seqs: int = option(64, "most sequences running in one step")
     max_num_batched_tokens: int = option(1024, "token budget of one step (prefill chunks + decodes)")
     max_model_len: int | None = option(None, "longest prompt + output (default: the model's, at most 8192)")
@@ -51,11 +55,14 @@ class EngineConfig:
         "paged", "contiguous: admit a request only with a max-length contiguous reservation (the baseline)", ALLOCATORS
     )
     attention_impl: str = option(
-        "auto", "auto (compiled kernels where they build, else fast), compiled, fast, reference or blockwise"
+        "auto",
+        "auto (CUDA: triton; CPU: compiled kernels where they build, else fast), compiled, fast, reference, "
+        "blockwise or triton",
     )
     served_model_name: str | None = option(None, "model name reported by the API (default: the file name)")
     max_n: int = option(16, "largest n / beam width a request may ask for")
     seed: int = option(0, "engine seed for requests without their own")
+    enforce_eager: bool = option(False, "on CUDA: run decode steps eagerly instead of replaying CUDA graphs")
 
     def __post_init__(self) -> None:
         _require_choice("dtype", self.dtype, DTYPES)
@@ -71,6 +78,8 @@ class EngineConfig:
             raise InvalidInputError("kv_cache_memory must be positive")
         _require_choice("allocator", self.allocator, ALLOCATORS)
         _require_choice("preemption_mode", self.preemption_mode, PREEMPTION_MODES)
+        _require_device_name(self.device)
+        _require_fraction("gpu_memory_utilization", self.gpu_memory_utilization)
 
 
 def _require_positive(name: str, value: int) -> None:
@@ -81,3 +90,17 @@ def _require_positive(name: str, value: int) -> None:
 def _require_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise InvalidInputError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+
+
+_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+
+
+def _require_device_name(value: str) -> None:
+    """The name's form only; whether the device exists is checked when the engine resolves it."""
+    if not isinstance(value, str) or not _DEVICE.match(value):
+        raise InvalidInputError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}")
+
+
+def _require_fraction(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
+        raise InvalidInputError(f"{name} must be a number in (0, 1], got {value!r}")

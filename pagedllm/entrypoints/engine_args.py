@@ -31,6 +31,8 @@ def _option(f: Field) -> dict:
         kwargs["choices"] = list(f.metadata["choices"])
     if _is_int(f.type):
         kwargs["type"] = int
+    elif f.type is float:
+        kwargs["type"] = float
     if f.default is not None and "default:" not in (kwargs["help"] or ""):
         kwargs["help"] = f"{kwargs['help']} (default: %(default)s)"
     return kwargs
