@@ -13,8 +13,10 @@ SUPPORTED_DTYPES = (torch.float32, torch.bfloat16)
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
-def load_model(path: str | Path, dtype: torch.dtype = torch.float32) -> tuple[LlamaForCausalLM, ModelConfig]:
-    """The model in eval mode with weights cast to `dtype`, and its config."""
+def load_model(
+    path: str | Path, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
+) -> tuple[LlamaForCausalLM, ModelConfig]:
+    """The model in eval mode with weights cast to `dtype` on `device`, and its config."""
     if dtype not in SUPPORTED_DTYPES:
         raise ModelLoadError(f"unsupported dtype {dtype}; supported: float32, bfloat16")
     path = Path(path).expanduser()
@@ -28,13 +30,17 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32) -> tuple[Ll
         config, state_dict = read_gguf(path)
     else:
         raise ModelLoadError(f"model path {path} does not exist (expected an HF directory or a .gguf file)")
-    return build_model(config, state_dict, dtype, source=path), config
+    return build_model(config, state_dict, dtype, source=path, device=device), config
 
 
 def build_model(
-    config: ModelConfig, state_dict: dict[str, torch.Tensor], dtype: torch.dtype, source: Path | str = "<memory>"
+    config: ModelConfig,
+    state_dict: dict[str, torch.Tensor],
+    dtype: torch.dtype,
+    source: Path | str = "<memory>",
+    device: torch.device | str = "cpu",
 ) -> LlamaForCausalLM:
-    """Instantiate without allocating (meta device), then adopt the given tensors cast to `dtype`."""
+    """Instantiate without allocating (meta device), then adopt the given tensors cast to `dtype` on `device`."""
     with torch.device("meta"):
         model = LlamaForCausalLM(config)
     expected = set(model.state_dict())
@@ -44,7 +50,10 @@ def build_model(
     tensors = {k: v for k, v in state_dict.items() if not k.endswith(_IGNORED_SUFFIXES)}
     _check_names(expected, set(tensors), source)
     _check_shapes(model, tensors, source)
-    model.load_state_dict({k: v.to(dtype).contiguous() for k, v in tensors.items()}, strict=False, assign=True)
+    model.load_state_dict(
+        {k: v.to(device=device, dtype=dtype).contiguous() for k, v in tensors.items()}, strict=False, assign=True
+    )
+    model.rotary.inv_freq = model.rotary.inv_freq.to(device)  # a plain tensor, not a module buffer
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     return model.eval().requires_grad_(False).fuse_projections()

@@ -21,7 +21,8 @@ def can_pack(dtype: torch.dtype) -> bool:
 class Projection:
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, pack: bool) -> None:
         self.weight, self.bias = weight, bias  # weight: [out, in]
-        self._packed = weight.detach().to_mkldnn() if pack else None
+        # oneDNN packs CPU weights only; on a GPU the dense weight is what the matmul wants
+        self._packed = weight.detach().to_mkldnn() if pack and weight.device.type == "cpu" else None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x: [T, in] -> [T, out]."""
