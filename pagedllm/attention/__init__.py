@@ -9,6 +9,10 @@
   per prefill sequence (is_causal when nothing is cached).
 - "reference": gather each sequence's K/V, repeat KV heads, dense SDPA with an explicit mask.
 - "blockwise": softmax partials per group of blocks, merged exactly (merge.py).
+- "triton": the Triton kernels (triton/), for CUDA tensors; "auto" picks it for a query on a CUDA device
+  when triton is installed. Under TRITON_INTERPRET=1 it also runs on CPU tensors (the tests).
+
+On CUDA, write_kv uses the Triton KV-write kernel when triton is installed.
 
 KV layout per layer: [2, num_kv_heads, num_blocks, block_size, head_dim]; see docs/attention.md.
 """
@@ -40,13 +44,17 @@ __all__ = [
     "write_kv",
 ]
 
-IMPLS = ("auto", "compiled", "fast", "reference", "blockwise")
+IMPLS = ("auto", "compiled", "fast", "reference", "blockwise", "triton")
 
 
 def resolve_impl(impl: str, query: torch.Tensor) -> str:
     """The implementation "auto" stands for on this machine for this query; any other name unchanged."""
     if impl != "auto":
         return impl
+    if query.is_cuda:
+        from pagedllm.attention.triton import is_available
+
+        return "triton" if is_available() else "reference"
     from pagedllm.attention.compiled import compiled_covers
 
     return "compiled" if compiled_covers(query.shape[-1], query.dtype, query.device.type) else "fast"
@@ -71,4 +79,8 @@ def paged_attention(
         from pagedllm.attention.blockwise import blockwise_attention
 
         return blockwise_attention(query, kv_cache, meta, scale)
+    if impl == "triton":
+        from pagedllm.attention.triton import triton_attention
+
+        return triton_attention(query, kv_cache, meta, scale)
     raise ValueError(f"unknown attention impl {impl!r}; choose one of {IMPLS}")

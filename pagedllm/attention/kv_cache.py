@@ -7,16 +7,24 @@ without a transposing copy (see docs/attention.md for the measurements behind th
 Flat slot s = block_id * block_size + offset addresses row s of the [2, kvh, num_blocks * block_size, d] view.
 """
 
+import functools
+
 import torch
 
 KV_LAYOUT = "[2, num_kv_heads, num_blocks, block_size, head_dim]"
 
 
 def allocate_kv_caches(
-    num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype
+    num_layers: int,
+    num_blocks: int,
+    block_size: int,
+    num_kv_heads: int,
+    head_dim: int,
+    dtype: torch.dtype,
+    device: torch.device | str = "cpu",
 ) -> list[torch.Tensor]:
     shape = (2, num_kv_heads, num_blocks, block_size, head_dim)
-    return [torch.zeros(shape, dtype=dtype) for _ in range(num_layers)]
+    return [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
 
 
 def kv_cache_bytes_per_block(
@@ -35,6 +43,11 @@ def write_kv(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slo
 
     key, value: [num_tokens, num_kv_heads, head_dim]; slot_mapping: [num_tokens] int64.
     """
+    if kv_cache.is_cuda and _triton_installed():
+        # The Triton kernel skips slots of -1 itself: no mask, no host sync (a CUDA graph can capture it).
+        from pagedllm.attention.triton import triton_write_kv
+
+        return triton_write_kv(key, value, kv_cache, slot_mapping)
     keep = slot_mapping >= 0
     if not bool(keep.all()):
         key, value, slot_mapping = key[keep], value[keep], slot_mapping[keep]
@@ -53,15 +66,16 @@ def copy_blocks(kv_caches: list[torch.Tensor], copies: list[tuple[int, int]]) ->
     """Copy-on-write support: copy every layer's K and V of block src into block dst."""
     if not copies:
         return
-    src = torch.tensor([s for s, _ in copies], dtype=torch.int64)
-    dst = torch.tensor([d for _, d in copies], dtype=torch.int64)
+    device = kv_caches[0].device
+    src = torch.tensor([s for s, _ in copies], dtype=torch.int64, device=device)
+    dst = torch.tensor([d for _, d in copies], dtype=torch.int64, device=device)
     for cache in kv_caches:
         cache.index_copy_(2, dst, cache.index_select(2, src))
 
 
 def read_tokens(kv_cache: torch.Tensor, blocks: list[int], num_tokens: int) -> torch.Tensor:
     """The first num_tokens positions held by `blocks` (a block table): [2, num_tokens, kvh, d] (a copy)."""
-    kv = gather_blocks(kv_cache, torch.tensor(blocks, dtype=torch.int64))  # [2, kvh, nb, B, d]
+    kv = gather_blocks(kv_cache, torch.tensor(blocks, dtype=torch.int64, device=kv_cache.device))  # [2, kvh, nb, B, d]
     two, kvh, nb, block_size, head_dim = kv.shape
     return kv.view(two, kvh, nb * block_size, head_dim)[:, :, :num_tokens].transpose(1, 2).contiguous()
 
@@ -69,6 +83,14 @@ def read_tokens(kv_cache: torch.Tensor, blocks: list[int], num_tokens: int) -> t
 def write_tokens(kv_cache: torch.Tensor, blocks: list[int], rows: torch.Tensor) -> None:
     """Inverse of read_tokens: rows [2, num_tokens, kvh, d] into positions 0.. of the block table `blocks`."""
     block_size = cache_block_size(kv_cache)
-    pos = torch.arange(rows.shape[1])
-    slots = torch.tensor(blocks, dtype=torch.int64)[pos // block_size] * block_size + pos % block_size
+    pos = torch.arange(rows.shape[1], device=kv_cache.device)
+    table = torch.tensor(blocks, dtype=torch.int64, device=kv_cache.device)
+    slots = table[pos // block_size] * block_size + pos % block_size
     write_kv(rows[0], rows[1], kv_cache, slots)
+
+
+@functools.cache
+def _triton_installed() -> bool:
+    from pagedllm.attention.triton import is_available
+
+    return is_available()

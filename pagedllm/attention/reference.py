@@ -16,10 +16,10 @@ def gather_kv(kv_cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -
     return blocks[0].transpose(0, 1), blocks[1].transpose(0, 1)
 
 
-def causal_mask(query_len: int, seq_len: int) -> torch.Tensor:
+def causal_mask(query_len: int, seq_len: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """[query_len, seq_len] bool: query j (position seq_len - query_len + j) sees keys at positions <= its own."""
-    q_pos = torch.arange(seq_len - query_len, seq_len).unsqueeze(1)
-    return torch.arange(seq_len).unsqueeze(0) <= q_pos
+    q_pos = torch.arange(seq_len - query_len, seq_len, device=device).unsqueeze(1)
+    return torch.arange(seq_len, device=device).unsqueeze(0) <= q_pos
 
 
 def reference_attention(
@@ -35,7 +35,7 @@ def reference_attention(
         k = k.repeat_interleave(group, dim=1).transpose(0, 1).to(query.dtype)  # [heads, seq, d]
         v = v.repeat_interleave(group, dim=1).transpose(0, 1).to(query.dtype)
         q = query[start : start + query_len].transpose(0, 1)  # [heads, q, d]
-        mask = causal_mask(query_len, seq_len)
+        mask = causal_mask(query_len, seq_len, query.device)
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
         out[start : start + query_len] = o.transpose(0, 1)
     return out

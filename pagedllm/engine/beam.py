@@ -21,6 +21,7 @@ import itertools
 
 import torch
 
+from pagedllm.engine.device import to_device
 from pagedllm.engine.sampler import BeamCandidates, beam_candidates
 from pagedllm.sampling_params import SamplingParams
 
@@ -83,8 +84,10 @@ class BeamSearch:
         generated = len(self.live[0].token_ids)
         if generated < self.min_tokens and self.stop_ids:
             logits = logits.clone()
-            logits[:, sorted(self.stop_ids)] = float("-inf")
-        cum = torch.tensor([b.cum_logprob for b in self.live], dtype=torch.float32, device=logits.device)
+            banned = torch.tensor(sorted(self.stop_ids), dtype=torch.long)
+            logits[:, to_device(banned, logits.device, "sampling rows")] = float("-inf")
+        cum = torch.tensor([b.cum_logprob for b in self.live], dtype=torch.float32)
+        cum = to_device(cum, logits.device, "sampling params")
         return self.advance(beam_candidates(logits, cum, self.num_candidates))
 
     def advance(self, cands: BeamCandidates) -> BeamStep:

@@ -1,17 +1,25 @@
 """ModelRunner: turns one scheduler step (a mixed batch of prefill chunks and decode tokens) into flat
-tensors, runs the model once over all of it, and returns logits for the positions that will be sampled."""
+tensors, runs the model once over all of it, and returns logits for the positions that will be sampled.
+
+The weights and the KV pool live on the runner's device; per step the index tensors cross to it in one
+copy (pinned, non-blocking on CUDA) and the logits stay there for the sampler."""
 
 import itertools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import torch
 
 from pagedllm.attention import AttentionMetadata, allocate_kv_caches, copy_blocks, kv_cache_bytes_per_block
 from pagedllm.attention.compiled import compiled_copy_blocks
 from pagedllm.config import parse_memory_size  # noqa: F401  (one parser for the whole project; re-exported)
+from pagedllm.engine.device import to_device
 from pagedllm.errors import InvalidInputError
 from pagedllm.model.config import ModelConfig
+
+if TYPE_CHECKING:
+    from pagedllm.engine.cuda_graphs import DecodeGraphs
 
 logger = logging.getLogger("pagedllm")
 
@@ -41,35 +49,54 @@ class ModelRunner:
         block_size: int,
         dtype: torch.dtype,
         attention_impl: str = "auto",
+        device: torch.device | str = "cpu",
     ) -> None:
         if num_blocks <= 0 or block_size <= 0:
             raise InvalidInputError(f"num_blocks and block_size must be positive, got {num_blocks}, {block_size}")
         self.model, self.config = model, config
         self.num_blocks, self.block_size = num_blocks, block_size
-        self.attention_impl = resolve_attention_impl(attention_impl, config.head_dim, dtype)
+        self.device = torch.device(device)
+        self.attention_impl = resolve_attention_impl(attention_impl, config.head_dim, dtype, self.device)
         self.kv_caches: list[torch.Tensor] = allocate_kv_caches(
-            config.num_layers, num_blocks, block_size, config.num_kv_heads, config.head_dim, dtype
+            config.num_layers, num_blocks, block_size, config.num_kv_heads, config.head_dim, dtype, self.device
         )
+        self.graphs: "DecodeGraphs | None" = None  # CUDA graphs of decode-only steps, once capture_graphs() ran
+
+    def capture_graphs(self, max_num_seqs: int, max_model_len: int) -> None:
+        """Capture decode-only steps as CUDA graphs at padded batch sizes (CUDA with the Triton attention only)."""
+        from pagedllm.engine.cuda_graphs import DecodeGraphs
+
+        self.graphs = DecodeGraphs(self, max_num_seqs, max_model_len)
 
     def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
         if not copies:
             return
         if self.attention_impl == "compiled":
             compiled_copy_blocks(self.kv_caches, copies)
+        elif self.attention_impl == "triton" and self.device.type == "cuda":
+            from pagedllm.attention.triton import triton_copy_blocks
+
+            triton_copy_blocks(self.kv_caches, copies)
         else:
             copy_blocks(self.kv_caches, copies)
 
     def execute(self, seqs: list[SeqInput]) -> torch.Tensor:
-        """float32 logits [number of seqs with needs_logits, vocab], in input order."""
+        """float32 logits [number of seqs with needs_logits, vocab] on the device, in input order."""
         if not seqs:
-            return torch.empty(0, self.config.vocab_size)
+            return torch.empty(0, self.config.vocab_size, device=self.device)
         step = self.prepare(seqs)
         with torch.inference_mode():
-            hidden = self.model(step.input_ids, step.positions, self.kv_caches, step.meta, self.attention_impl)
-            return self.model.compute_logits(hidden[step.logits_rows])
+            if self.graphs is not None and self.graphs.covers(step):
+                return self.graphs.replay(step)
+            return self.forward(step)
+
+    def forward(self, step: "StepTensors") -> torch.Tensor:
+        """The model over one step's device tensors: logits of step.logits_rows."""
+        hidden = self.model(step.input_ids, step.positions, self.kv_caches, step.meta, self.attention_impl)
+        return self.model.compute_logits(hidden[step.logits_rows])
 
     def prepare(self, seqs: list[SeqInput]) -> StepTensors:
-        """All of the step's tensors, built once (the layers share them)."""
+        """All of the step's tensors, built once on the host (the layers share them), then sent in one copy."""
         query_lens = [len(s.token_ids) for s in seqs]
         num_cached = [s.num_cached for s in seqs]
         for s, q in zip(seqs, query_lens):
@@ -82,7 +109,22 @@ class ModelRunner:
         positions = torch.arange(int(meta.query_start_loc[-1]), dtype=torch.int64) + offsets
         wanted = torch.tensor([s.needs_logits for s in seqs], dtype=torch.bool)
         input_ids = torch.tensor(list(itertools.chain.from_iterable(s.token_ids for s in seqs)), dtype=torch.int64)
-        return StepTensors(input_ids, positions, meta, meta.query_start_loc[1:][wanted] - 1)
+        return self._to_device(StepTensors(input_ids, positions, meta, meta.query_start_loc[1:][wanted] - 1))
+
+    def _to_device(self, host: StepTensors) -> StepTensors:
+        """One host -> device copy of every index tensor of the step (packed into one int64 buffer)."""
+        meta = host.meta
+        parts = [host.input_ids, host.positions, meta.slot_mapping, meta.block_tables.reshape(-1),
+                 meta.seq_lens, meta.query_start_loc, host.logits_rows]
+        flat = torch.cat(parts)
+        if self.device.type == "cuda":
+            flat = flat.pin_memory()
+        ids, positions, slots, tables, seq_lens, starts, rows = to_device(flat, self.device, "step inputs").split(
+            [p.numel() for p in parts]
+        )
+        meta = replace(meta, slot_mapping=slots, block_tables=tables.view(meta.block_tables.shape),
+                       seq_lens=seq_lens, query_start_loc=starts)
+        return StepTensors(ids, positions, meta, rows)
 
     def _check(self, seq: SeqInput, query_len: int) -> None:
         if query_len == 0:
@@ -94,15 +136,25 @@ class ModelRunner:
             )
 
 
-def resolve_attention_impl(impl: str, head_dim: int, dtype: torch.dtype) -> str:
+def resolve_attention_impl(impl: str, head_dim: int, dtype: torch.dtype, device: torch.device | None = None) -> str:
     """Validate early (at construction, not mid-step) and decide what "auto" means for this model here:
-    the compiled kernels when they loaded and cover the head size and dtype, else the torch path."""
+    on CUDA the Triton kernels; on the CPU the compiled kernels when they loaded and cover the head size and
+    dtype, else the torch path."""
     from pagedllm.attention import IMPLS
-    from pagedllm.attention.compiled import compiled_covers
-    from pagedllm.kernels import load_cpu_kernels
 
     if impl not in IMPLS:
         raise InvalidInputError(f"unknown attention impl {impl!r}; choose one of {', '.join(IMPLS)}")
+    if device is not None and device.type == "cuda":
+        return _cuda_attention_impl(impl)
+    if impl == "triton":
+        return _triton_on_cpu()
+    return _cpu_attention_impl(impl, head_dim, dtype)
+
+
+def _cpu_attention_impl(impl: str, head_dim: int, dtype: torch.dtype) -> str:
+    from pagedllm.attention.compiled import compiled_covers
+    from pagedllm.kernels import load_cpu_kernels
+
     if impl not in ("auto", "compiled"):
         return impl
     if compiled_covers(head_dim, dtype):
@@ -112,6 +164,31 @@ def resolve_attention_impl(impl: str, head_dim: int, dtype: torch.dtype) -> str:
     if load_cpu_kernels() is not None:
         logger.info("compiled kernels have no path for head_dim %d / %s; using the torch attention", head_dim, dtype)
     return "fast"
+
+
+def _cuda_attention_impl(impl: str) -> str:
+    """On CUDA: the Triton kernels, or the torch reference (slow, for checking); the other paths are CPU-only."""
+    from pagedllm.attention.triton import is_available
+
+    if impl in ("compiled", "fast", "blockwise"):
+        raise InvalidInputError(f"attention impl {impl!r} runs on the CPU only; on CUDA use triton or reference")
+    if impl == "reference":
+        return impl
+    if not is_available():
+        raise InvalidInputError("running on CUDA needs the triton package (pip install triton)")
+    return "triton"
+
+
+def _triton_on_cpu() -> str:
+    """The Triton kernels run on CPU tensors only under the interpreter (TRITON_INTERPRET=1, for tests)."""
+    from pagedllm.attention.triton import is_available
+
+    if is_available():
+        from pagedllm.attention.triton.loader import interpreting
+
+        if interpreting():
+            return "triton"
+    raise InvalidInputError("attention impl 'triton' needs a CUDA device (or TRITON_INTERPRET=1 for tests)")
 
 
 def num_blocks_for_memory(config: ModelConfig, block_size: int, dtype: torch.dtype, budget: str | int) -> int:

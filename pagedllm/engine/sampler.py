@@ -10,6 +10,11 @@ truncation — what vLLM returns by default.
 Reproducibility: a row with its own generator draws all of its randomness
 from it (V exponentials per step), and every op is row-wise, so its tokens
 do not depend on which other rows share the batch.
+
+Device: everything runs where the logits are (generators must be on that
+device: make_generator takes it). Row indices and per-row parameters go to
+the device through pagedllm.engine.device.to_device; one copy brings the
+sampled ids and their logprobs back, a second the top logprobs when asked.
 """
 
 import hashlib
@@ -17,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from pagedllm.engine.device import to_device, to_host
 from pagedllm.sampling_params import SamplingParams
 
 
@@ -68,10 +74,14 @@ def sample(logits: torch.Tensor, rows: list[SamplingRow], eos_token_ids: set[int
     tokens = torch.empty(len(rows), dtype=torch.long, device=logits.device)
     greedy = [i for i, r in enumerate(rows) if r.params.greedy]
     randoms = [i for i, r in enumerate(rows) if not r.params.greedy]
-    if greedy:
-        tokens[greedy] = logits[greedy].argmax(dim=-1)
+    if len(greedy) == len(rows):
+        tokens = logits.argmax(dim=-1)  # the common case: no row index to send
+    elif greedy:
+        picked = _index(greedy, logits)
+        tokens[picked] = logits[picked].argmax(dim=-1)
     if randoms:
-        tokens[randoms] = _sample_random(logits[randoms], [rows[i] for i in randoms])
+        picked = _index(randoms, logits)
+        tokens[picked] = _sample_random(logits[picked], [rows[i] for i in randoms])
     return _results(raw, log_z, tokens, rows)
 
 
@@ -81,7 +91,8 @@ def apply_penalties(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tens
     if not idx:
         return logits
     vocab = logits.shape[1]
-    sub = logits[idx]  # [M, V]
+    picked = _index(idx, logits)
+    sub = logits[picked]  # [M, V]
     out_counts = _token_counts([rows[i].output_ids for i in idx], vocab, sub.device)
     prompt_seen = _token_counts([rows[i].prompt_ids for i in idx], vocab, sub.device) > 0
     rep, freq, pres = (_column(rows, idx, name, sub) for name in
@@ -90,7 +101,7 @@ def apply_penalties(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tens
     penalized = torch.where(sub > 0, sub / rep, sub * rep)
     sub = torch.where(seen, penalized, sub)
     sub = sub - freq * out_counts - pres * (out_counts > 0).to(sub.dtype)
-    logits[idx] = sub
+    logits[picked] = sub
     return logits
 
 
@@ -100,7 +111,7 @@ def mask_stop_tokens(logits: torch.Tensor, rows: list[SamplingRow], eos_token_id
         if len(row.output_ids) < row.params.min_tokens:
             banned = list(row.params.stop_ids(eos_token_ids))
             if banned:
-                logits[i, banned] = float("-inf")
+                logits[i, _index(banned, logits)] = float("-inf")
 
 
 def beam_candidates(logits: torch.Tensor, cum_logprobs: torch.Tensor, k: int) -> BeamCandidates:
@@ -113,6 +124,9 @@ def beam_candidates(logits: torch.Tensor, cum_logprobs: torch.Tensor, k: int) ->
     vocab = logprobs.shape[1]
     flat = logprobs.reshape(-1)
     values, indices = torch.topk(flat, k=min(k, flat.numel()))
+    # one copy back: float64 holds the ids exactly and the float32 logprobs unchanged
+    host = to_host(torch.stack([indices.double(), values.double()]), "beam candidates")
+    indices, values = host[0].long(), host[1]
     return BeamCandidates(
         parents=(indices // vocab).tolist(),
         token_ids=(indices % vocab).tolist(),
@@ -128,13 +142,18 @@ def _token_counts(seqs: list[list[int]], vocab: int, device: torch.device) -> to
     for j, s in enumerate(seqs):
         ids[j, : len(s)] = torch.tensor(s, dtype=torch.long)
     counts = torch.zeros(len(seqs), vocab + 1, device=device)
-    counts.scatter_add_(1, ids.to(device), torch.ones(ids.shape, device=device))
+    counts.scatter_add_(1, to_device(ids, device, "penalty tokens"), torch.ones(ids.shape, device=device))
     return counts[:, :vocab]
 
 
 def _column(rows: list[SamplingRow], idx: list[int], name: str, like: torch.Tensor) -> torch.Tensor:
-    values = [float(getattr(rows[i].params, name)) for i in idx]
-    return torch.tensor(values, dtype=like.dtype, device=like.device)[:, None]  # [M, 1]
+    values = torch.tensor([float(getattr(rows[i].params, name)) for i in idx], dtype=like.dtype)
+    return to_device(values, like.device, "sampling params")[:, None]  # [M, 1]
+
+
+def _index(idx: list[int], like: torch.Tensor) -> torch.Tensor:
+    """Row (or token) indices as an int64 tensor on like's device."""
+    return to_device(torch.tensor(idx, dtype=torch.long), like.device, "sampling rows")
 
 
 def _sample_random(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
@@ -154,10 +173,13 @@ def _truncated_probs(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Ten
     plain = [i for i, s in enumerate(sort) if not s]
     ranked = [i for i, s in enumerate(sort) if s]
     probs = torch.empty_like(logits)
-    if plain:
-        probs[plain] = _min_p(logits[plain].softmax(dim=-1), [rows[i] for i in plain])
-    if ranked:
-        probs[ranked] = _sorted_truncation(logits[ranked], [rows[i] for i in ranked])
+    if not ranked:
+        return _min_p(logits.softmax(dim=-1), rows)
+    if not plain:
+        return _sorted_truncation(logits, rows)
+    plain_rows, ranked_rows = _index(plain, logits), _index(ranked, logits)
+    probs[plain_rows] = _min_p(logits[plain_rows].softmax(dim=-1), [rows[i] for i in plain])
+    probs[ranked_rows] = _sorted_truncation(logits[ranked_rows], [rows[i] for i in ranked])
     return probs
 
 
@@ -173,7 +195,7 @@ def _sorted_truncation(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.T
     """top-k, then top-p on the renormalised rest, then min-p; in sorted order, then unsorted."""
     sorted_logits, order = logits.sort(dim=-1, descending=True, stable=True)  # [M, V]
     vocab = logits.shape[1]
-    top_k = torch.tensor([r.params.top_k or vocab for r in rows], device=logits.device)
+    top_k = to_device(torch.tensor([r.params.top_k or vocab for r in rows]), logits.device, "sampling params")
     ranks = torch.arange(vocab, device=logits.device)[None, :]
     sorted_logits = sorted_logits.masked_fill(ranks >= top_k[:, None], float("-inf"))
     probs = sorted_logits.softmax(dim=-1)
@@ -192,7 +214,7 @@ def _exponentials(probs: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
     q = torch.empty_like(probs)
     unseeded = [i for i, r in enumerate(rows) if r.generator is None]
     if unseeded:
-        q[unseeded] = torch.empty(len(unseeded), probs.shape[1], device=probs.device).exponential_()
+        q[_index(unseeded, probs)] = torch.empty(len(unseeded), probs.shape[1], device=probs.device).exponential_()
     for i, row in enumerate(rows):
         if row.generator is not None:
             q[i].exponential_(generator=row.generator)
@@ -200,9 +222,11 @@ def _exponentials(probs: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
 
 
 def _results(raw: torch.Tensor, log_z: torch.Tensor, tokens: torch.Tensor, rows: list[SamplingRow]) -> list[SampleResult]:
-    chosen = (raw.gather(1, tokens[:, None]) - log_z).squeeze(1).tolist()
+    chosen = (raw.gather(1, tokens[:, None]) - log_z).squeeze(1)
+    # one copy back: float64 holds the ids exactly and the float32 logprobs unchanged
+    host = to_host(torch.stack([tokens.double(), chosen.double()]), "sampled tokens")
+    ids, chosen = host[0].long().tolist(), host[1].tolist()
     top = _top_logprobs(raw, log_z, rows)
-    ids = tokens.tolist()
     return [SampleResult(ids[i], chosen[i], top[i]) for i in range(len(rows))]
 
 
@@ -213,7 +237,8 @@ def _top_logprobs(raw: torch.Tensor, log_z: torch.Tensor, rows: list[SamplingRow
         return [None] * len(rows)
     if k_max:
         values, indices = raw.topk(k_max, dim=-1)
-        values = values - log_z
+        host = to_host(torch.stack([(values - log_z).double(), indices.double()]), "top logprobs")
+        values, indices = host[0], host[1].long()
     out: list[dict[int, float] | None] = []
     for i, k in enumerate(wanted):
         if k is None:

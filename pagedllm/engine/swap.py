@@ -1,12 +1,15 @@
 """Swap space for preemption_mode="swap": a preempted sequence's K/V saved outside the pool, restored later.
 
-The scheduler decides when (it owns every sequence's life); this only moves the tensors."""
+The scheduler decides when (it owns every sequence's life); this only moves the tensors. With the pool on a
+GPU, the saved K/V lie in pinned host memory: both copies are asynchronous and ordered on the device's
+stream with the steps that reuse or refill the blocks."""
 
 from typing import Protocol
 
 import torch
 
 from pagedllm.attention.kv_cache import read_tokens, write_tokens
+from pagedllm.engine.device import to_device, to_host
 
 
 class SwapStore(Protocol):
@@ -31,11 +34,13 @@ class SwapSpace:
         return len(self._saved)
 
     def save(self, seq_id: int, blocks: list[int], num_tokens: int) -> None:
-        self._saved[seq_id] = [read_tokens(cache, blocks, num_tokens) for cache in self.kv_caches]
+        self._saved[seq_id] = [
+            to_host(read_tokens(cache, blocks, num_tokens), "swap out", pinned=True) for cache in self.kv_caches
+        ]
 
     def restore(self, seq_id: int, blocks: list[int]) -> None:
         for cache, rows in zip(self.kv_caches, self._saved.pop(seq_id)):
-            write_tokens(cache, blocks, rows)
+            write_tokens(cache, blocks, to_device(rows, cache.device, "swap in"))
 
     def drop(self, seq_id: int) -> None:
         self._saved.pop(seq_id, None)

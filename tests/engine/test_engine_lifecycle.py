@@ -101,8 +101,8 @@ def test_each_parallel_sample_equals_its_seeded_stream_run_alone(tiny_llama_dir,
     (out,) = run_all(make_engine(tiny_llama_dir), [prompt], SamplingParams(n=4, seed=11, **params))
     real = output_stage.make_generator
     alias = 1000  # seed 1000 + i, run alone, draws from stream (11, i)
-    monkeypatch.setattr(output_stage, "make_generator", lambda seed, index=0: real(11, seed - alias) if seed >= alias
-                        else real(seed, index))
+    monkeypatch.setattr(output_stage, "make_generator", lambda seed, index=0, device="cpu":
+                        real(11, seed - alias, device) if seed >= alias else real(seed, index, device))
     alone = [tokens(run_all(make_engine(tiny_llama_dir), [prompt], SamplingParams(seed=alias + i, **params)))[0]
              for i in range(4)]
     assert [c.token_ids for c in out.outputs] == alone

@@ -11,6 +11,7 @@ import torch
 
 from pagedllm.attention.metadata import AttentionMetadata
 from pagedllm.attention.triton.loader import check_device, kernels
+from pagedllm.engine.device import to_device
 
 BLOCK_N = 32  # keys per tile
 MIN_SPLIT_TOKENS = 256  # shorter splits cost more in partials and merging than they gain in parallelism
@@ -69,11 +70,27 @@ def make_plan(
     decode, rows, tile_seq, tile_start = work_lists(meta.query_lens_list, block_m)
     longest = max((meta.seq_lens_list[i] for i in decode), default=1)
     chosen = split_len or default_split_len(longest, len(decode) * kvh, query.device)
-    as_long = lambda xs: torch.tensor(xs, dtype=torch.int64, device=query.device)  # noqa: E731
-    return TritonPlan(
-        as_long(decode), as_long(rows), chosen, -(-longest // chosen),
-        as_long(tile_seq), as_long(tile_start), block_m, split_len,
-    )
+    lists = (decode, rows, tile_seq, tile_start)
+    flat = torch.tensor([x for xs in lists for x in xs], dtype=torch.int64)
+    if query.is_cuda:
+        flat = flat.pin_memory()
+    decode_ids, decode_rows, seqs, starts = to_device(flat, query.device, "attention plan").split([len(xs) for xs in lists])
+    return TritonPlan(decode_ids, decode_rows, chosen, -(-longest // chosen), seqs, starts, block_m, split_len)
+
+
+def decode_only_plan(num_seqs: int, longest: int, num_heads: int, kv_cache: torch.Tensor) -> TritonPlan:
+    """A fixed plan for num_seqs one-token sequences (rows 0..num_seqs-1) of at most `longest` tokens.
+
+    It does not depend on the lengths (splits past a sequence's end do nothing and the merge skips them),
+    so a CUDA graph captured with it replays for any decode step of that batch size.
+    """
+    device = kv_cache.device
+    kvh = kv_cache.shape[1]
+    split = default_split_len(longest, num_seqs * kvh, device)
+    seqs = torch.arange(num_seqs, dtype=torch.int64, device=device)
+    none = torch.empty(0, dtype=torch.int64, device=device)
+    block_m = kernels()["prefill"].prefill_block_m(num_heads // kvh)
+    return TritonPlan(seqs, seqs, split, -(-longest // split), none, none, block_m, None)
 
 
 def work_lists(query_lens: list[int], block_m: int) -> tuple[list[int], list[int], list[int], list[int]]:

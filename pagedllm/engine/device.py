@@ -1,0 +1,89 @@
+"""Where the engine runs, and the one place tensors cross between the host and that device.
+
+Every host -> device copy of a step goes through to_device and every device -> host copy through to_host,
+so a test can list them with record_transfers() even when the "device" is the CPU (no copy is made
+then, but the call is still recorded: the test checks which transfers the code asks for).
+"""
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from pagedllm.errors import InvalidInputError
+
+_CUDA_NAME = re.compile(r"^cuda(?::(\d+))?$")
+
+
+def resolve_device(name: str) -> torch.device:
+    """"auto" -> CUDA when torch sees a GPU, else the CPU; "cpu", "cuda", "cuda:N" -> that device, if present."""
+    if name == "auto":
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    if name == "cpu":
+        return torch.device("cpu")
+    match = _CUDA_NAME.match(name) if isinstance(name, str) else None
+    if match is None:
+        raise InvalidInputError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {name!r}")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(match.group(1) or 0)
+    if index >= count:
+        seen = f"{count} CUDA device(s)" if count else "no CUDA device (CPU-only torch build or no GPU)"
+        raise InvalidInputError(f"device {name!r} asked for, but torch sees {seen}")
+    return torch.device("cuda", index)
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    direction: str  # "h2d" or "d2h"
+    what: str  # what the tensor holds, e.g. "step inputs"
+    nbytes: int
+
+
+_recorders: list[list[Transfer]] = []
+
+
+@contextmanager
+def record_transfers() -> Iterator[list[Transfer]]:
+    """Collect every to_device / to_host call made inside the block (for tests)."""
+    log: list[Transfer] = []
+    _recorders.append(log)
+    try:
+        yield log
+    finally:
+        _recorders.remove(log)
+
+
+def _record(direction: str, what: str, tensor: torch.Tensor) -> None:
+    for log in _recorders:
+        log.append(Transfer(direction, what, tensor.numel() * tensor.element_size()))
+
+
+def host_tensor(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A host tensor ready for to_device: in pinned memory when the device is CUDA (so the copy is async)."""
+    tensor = torch.tensor(values, dtype=dtype)
+    return tensor.pin_memory() if device.type == "cuda" else tensor
+
+
+def to_device(host: torch.Tensor, device: torch.device, what: str) -> torch.Tensor:
+    """Copy a host tensor to the device without waiting (pinned source); the same tensor when device is the CPU."""
+    _record("h2d", what, host)
+    if device.type == "cpu":
+        return host
+    return host.to(device, non_blocking=host.is_pinned())
+
+
+def to_host(tensor: torch.Tensor, what: str, pinned: bool = False) -> torch.Tensor:
+    """Copy a device tensor to the host; the same tensor when it is on the CPU.
+
+    pinned=False waits for the copy (the caller reads the values). pinned=True copies into pinned memory
+    without waiting: for data the host only keeps and later sends back (swap), so stream order suffices.
+    """
+    _record("d2h", what, tensor)
+    if tensor.device.type == "cpu":
+        return tensor
+    if not pinned:
+        return tensor.cpu()
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    return host.copy_(tensor, non_blocking=True)
