@@ -8,6 +8,9 @@ static buffers (device to device), pads them to the next size and replays. Paddi
 
 Only decode-only steps with the Triton attention replay a graph (its decode plan is fixed per batch size:
 decode_only_plan); prefill and mixed steps run eagerly. enforce_eager=True captures nothing.
+
+capture=False runs the same padded static step eagerly instead of replaying a graph: the tests check the
+padding and the fixed plan that way on the CPU (Triton interpreter), where no graph can be captured.
 """
 
 from typing import TYPE_CHECKING
@@ -27,9 +30,21 @@ def padded_sizes(max_num_seqs: int) -> list[int]:
     return [s for s in sizes if s < max_num_seqs] + [next(s for s in sizes if s >= max_num_seqs)]
 
 
+def fits(step: "StepTensors", largest: int, width: int) -> bool:
+    """A decode-only step (one new token and one logits row per sequence) within `largest` sequences and
+    `width` block-table columns."""
+    meta = step.meta
+    return (
+        meta.num_seqs <= largest
+        and all(q == 1 for q in meta.query_lens_list)
+        and step.logits_rows.numel() == meta.num_seqs
+        and meta.block_tables.shape[1] <= width
+    )
+
+
 class DecodeGraphs:
-    def __init__(self, runner: "ModelRunner", max_num_seqs: int, max_model_len: int) -> None:
-        if runner.device.type != "cuda" or runner.attention_impl != "triton":
+    def __init__(self, runner: "ModelRunner", max_num_seqs: int, max_model_len: int, capture: bool = True) -> None:
+        if runner.attention_impl != "triton" or (capture and runner.device.type != "cuda"):
             raise ValueError("CUDA graphs need the runner on CUDA with the Triton attention")
         self.runner, self.max_model_len = runner, max_model_len
         self.sizes = padded_sizes(max_num_seqs)
@@ -42,20 +57,15 @@ class DecodeGraphs:
         self.block_tables = torch.zeros(largest, self.width, **long)
         self.seq_lens = torch.ones(largest, **long)
         self.query_start_loc = torch.arange(largest + 1, **long)
+        self.steps = {size: self._static_step(size) for size in self.sizes}
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
-        pool = torch.cuda.graph_pool_handle()
-        for size in reversed(self.sizes):  # largest first: the smaller graphs reuse its memory
-            self.graphs[size] = self._capture(size, pool)
+        if capture:
+            pool = torch.cuda.graph_pool_handle()
+            for size in reversed(self.sizes):  # largest first: the smaller graphs reuse its memory
+                self.graphs[size] = self._capture(self.steps[size], pool)
 
     def covers(self, step: "StepTensors") -> bool:
-        """A decode-only step (one new token and one logits row per sequence) that a captured size holds."""
-        meta = step.meta
-        return (
-            meta.num_seqs <= self.sizes[-1]
-            and all(q == 1 for q in meta.query_lens_list)
-            and step.logits_rows.numel() == meta.num_seqs
-            and meta.block_tables.shape[1] <= self.width
-        )
+        return fits(step, self.sizes[-1], self.width)
 
     def replay(self, step: "StepTensors") -> torch.Tensor:
         """Logits [n, vocab]: a view of the graph's output buffer, valid until the next replay."""
@@ -68,11 +78,14 @@ class DecodeGraphs:
         self.block_tables[:n, : meta.block_tables.shape[1]].copy_(meta.block_tables)
         self.seq_lens[:n].copy_(meta.seq_lens)
         self.seq_lens[n:size].fill_(1)
+        if size not in self.graphs:
+            return self.runner.forward(self.steps[size])[:n]
         graph, logits = self.graphs[size]
         graph.replay()
         return logits[:n]
 
-    def _capture(self, size: int, pool: object) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    def _static_step(self, size: int) -> "StepTensors":
+        """The first `size` rows of the static buffers as a decode step, with its fixed attention plan."""
         from pagedllm.engine.model_runner import StepTensors
 
         meta = AttentionMetadata(
@@ -81,7 +94,9 @@ class DecodeGraphs:
         )
         kv_cache = self.runner.kv_caches[0]
         meta.plan = decode_only_plan(size, self.max_model_len, self.runner.config.num_heads, kv_cache)
-        step = StepTensors(self.input_ids[:size], self.positions[:size], meta, self.query_start_loc[:size])
+        return StepTensors(self.input_ids[:size], self.positions[:size], meta, self.query_start_loc[:size])
+
+    def _capture(self, step: "StepTensors", pool: object) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
         with torch.inference_mode():
             self.runner.forward(step)  # compiles the kernels outside the capture
             torch.cuda.synchronize(self.runner.device)

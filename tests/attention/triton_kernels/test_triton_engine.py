@@ -1,0 +1,86 @@
+"""The Triton attention inside the runner and the engine: under the interpreter on the CPU here, compiled on
+CUDA (with real CUDA graphs) when scripts/gpu_check.sh sets PAGEDLLM_TRITON_DEVICE=cuda."""
+
+import random
+
+import pytest
+import torch
+
+from pagedllm.config import EngineConfig
+from pagedllm.engine.cuda_graphs import DecodeGraphs
+from pagedllm.engine.llm_engine import LLMEngine
+from pagedllm.engine.model_runner import ModelRunner, SeqInput
+from pagedllm.sampling_params import SamplingParams
+
+
+def engine_tokens(model_dir, device: str, impl: str, prompts: list[list[int]], **options) -> list[list[int]]:
+    config = EngineConfig(model=str(model_dir), num_blocks=64, block_size=4, max_num_batched_tokens=24,
+                          dtype="float32", device=device, attention_impl=impl, max_model_len=64, **options)
+    engine = LLMEngine(config)
+    params = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
+    ids = [engine.add_request(None, p, params) for p in prompts]
+    done = {}
+    while engine.has_unfinished_requests():
+        done.update({o.request_id: o for o in engine.step() if o.finished})
+    assert engine.kv.num_used_blocks == 0
+    return [done[i].outputs[0].token_ids for i in ids]
+
+
+def test_engine_on_triton_gives_the_reference_greedy_tokens(tiny_llama_dir, device):
+    """Chunked prefill (prompts longer than the step budget), a shared prefix, decode batches."""
+    rng = random.Random(7)
+    shared = [rng.randrange(5, 384) for _ in range(9)]
+    prompts = [shared + [rng.randrange(5, 384) for _ in range(n)] for n in (3, 20, 1)] + [[11, 12]]
+    expected = engine_tokens(tiny_llama_dir, "cpu", "reference", prompts)
+    assert engine_tokens(tiny_llama_dir, str(device), "triton", prompts) == expected
+
+
+def test_padded_decode_step_equals_the_eager_step(tiny_llama_dir, device):
+    """The CUDA-graph step (static buffers, padding rows, fixed plan) against the plain step: same logits,
+    and the padding rows write nothing into the pool. On the CPU the padded step runs eagerly."""
+    from pagedllm.model.loader import load_model
+
+    model, config = load_model(tiny_llama_dir, torch.float32, device)
+    runner = ModelRunner(model, config, 32, 4, torch.float32, "triton", device)
+    tables = [[0, 1, 2], [3, 4, 5, 6], [7, 8]]
+    prompts = [[5, 6, 7, 8, 9], [10 + i for i in range(11)], [40, 41]]
+    runner.execute([SeqInput(p, 0, t) for p, t in zip(prompts, tables)])
+    decode = [SeqInput([17 + i], len(p), t) for i, (p, t) in enumerate(zip(prompts, tables))]
+    with torch.inference_mode():
+        eager = runner.execute(decode)
+        pool = [cache.clone() for cache in runner.kv_caches]
+        runner.graphs = DecodeGraphs(runner, max_num_seqs=5, max_model_len=32, capture=device.type == "cuda")
+        assert runner.graphs.sizes == [1, 2, 4, 8]
+        step = runner.prepare(decode)
+        assert runner.graphs.covers(step)
+        padded = runner.execute(decode)
+    torch.testing.assert_close(padded, eager, atol=1e-5, rtol=1e-5)
+    for before, after in zip(pool, runner.kv_caches):
+        assert torch.equal(before, after)  # same K/V rewritten at the same slots; padding rows wrote none
+
+
+def test_prefill_steps_are_not_replayed(tiny_llama_dir, device):
+    from pagedllm.model.loader import load_model
+
+    model, config = load_model(tiny_llama_dir, torch.float32, device)
+    runner = ModelRunner(model, config, 16, 4, torch.float32, "triton", device)
+    graphs = DecodeGraphs(runner, max_num_seqs=2, max_model_len=16, capture=device.type == "cuda")
+    assert not graphs.covers(runner.prepare([SeqInput([5, 6], 0, [0])]))  # a prompt
+    assert not graphs.covers(runner.prepare([SeqInput([5], 3, [0]), SeqInput([6], 3, [1]), SeqInput([7], 3, [2])]))
+    assert not graphs.covers(runner.prepare([SeqInput([5], 3, [0], needs_logits=False)]))
+    assert graphs.covers(runner.prepare([SeqInput([5], 3, [0]), SeqInput([6], 7, [1, 2])]))
+
+
+def test_triton_on_the_cpu_needs_the_interpreter(tiny_llama_dir, device, monkeypatch):
+    from pagedllm.errors import InvalidInputError
+    from pagedllm.model.loader import load_model
+
+    if device.type != "cpu":
+        pytest.skip("checks the CPU's refusal; on CUDA the other tests here run the kernels")
+    monkeypatch.delenv("TRITON_INTERPRET")
+    from triton import knobs
+
+    monkeypatch.setattr(knobs.runtime, "interpret", False)
+    model, config = load_model(tiny_llama_dir, torch.float32, "cpu")
+    with pytest.raises(InvalidInputError, match="needs a CUDA device"):
+        ModelRunner(model, config, 16, 4, torch.float32, "triton", "cpu")
