@@ -7,8 +7,16 @@
 # Each step's log goes to OUT_DIR/<step>.log and one line per step to OUT_DIR/summary.txt; the exit
 # status is non-zero if any step failed.
 #
-# Steps so far:
-#   kernels  the Triton kernel tests (tests/attention/triton_kernels) compiled on CUDA, no interpreter.
+# Steps (the Python ones are in scripts/gpu_check_steps.py):
+#   environment  torch / triton / CUDA versions and the GPU
+#   imports      the engine path imports none of fastapi, uvicorn, pydantic, gguf, openai
+#   kernels      the Triton kernel tests and the engine-on-Triton tests (tests/attention/triton_kernels)
+#                compiled on CUDA, no interpreter; there the padded decode step is a real CUDA graph
+#   model        a seeded random-weight model of the default model's shape (SmolLM2-135M), in OUT_DIR/model
+#   greedy       engine greedy tokens == transformers generate on that model, float32, CUDA graphs on and off
+#   bench        `pagedllm bench throughput` on the mixed workload vs transformers generate (static batches),
+#                bfloat16, CUDA graphs on; then the same workload with --enforce-eager (graphs off)
+#   bandwidth    decode attention's achieved bandwidth vs a measured device-to-device copy
 set -u -o pipefail
 
 cd "$(dirname "$0")/.."
@@ -43,16 +51,45 @@ print(f"{props.name}: {props.multi_processor_count} SMs, {props.total_memory / 2
 PY
 }
 
+imports() {
+    "$PYTHON" scripts/gpu_check_steps.py imports
+}
+
 kernel_tests() {
     # TRITON_INTERPRET unset: the kernels compile for the GPU; the conftest then puts the tensors on CUDA.
     env -u TRITON_INTERPRET PAGEDLLM_TRITON_DEVICE=cuda \
         "$PYTHON" -m pytest -q -p no:cacheprovider --durations=5 tests/attention/triton_kernels
 }
 
-export PYTHON
-export -f environment kernel_tests
-step environment 60 environment
-step kernels 300 kernel_tests
+make_model() {
+    "$PYTHON" scripts/gpu_check_steps.py make-model "$OUT_DIR/model"
+}
+
+greedy() {
+    "$PYTHON" scripts/gpu_check_steps.py greedy "$OUT_DIR/model" --device cuda
+}
+
+bench() {
+    # graphs on, with the transformers baseline in the same process; then graphs off (the engine alone)
+    "$PYTHON" -m pagedllm bench throughput --model "$OUT_DIR/model" --device cuda --dtype bfloat16 \
+        --workload mixed --baseline hf --no-progress --json "$OUT_DIR/bench_graphs.json" &&
+    "$PYTHON" -m pagedllm bench throughput --model "$OUT_DIR/model" --device cuda --dtype bfloat16 \
+        --workload mixed --enforce-eager --no-progress --json "$OUT_DIR/bench_eager.json"
+}
+
+bandwidth() {
+    "$PYTHON" scripts/gpu_check_steps.py bandwidth
+}
+
+export PYTHON OUT_DIR
+export -f environment imports kernel_tests make_model greedy bench bandwidth
+step environment 30 environment
+step imports 30 imports
+step kernels 180 kernel_tests
+step model 30 make_model
+step greedy 60 greedy
+step bench 120 bench
+step bandwidth 30 bandwidth
 
 cat "$OUT_DIR/summary.txt"
 exit $failed

@@ -15,7 +15,7 @@ from pagedllm.bench.workloads import BenchRequest, Workload
 
 
 def hf_model_from(model, config):
-    """A transformers CausalLM holding a copy of a pagedllm model's weights, in the same dtype."""
+    """A transformers CausalLM holding a copy of a pagedllm model's weights, in the same dtype, on the same device."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -31,7 +31,7 @@ def hf_model_from(model, config):
         raise RuntimeError(f"HF model does not match pagedllm's weights: missing {missing[:3]}, extra {unexpected[:3]}")
     if config.tie_word_embeddings:
         hf_model.tie_weights()
-    return hf_model.eval().requires_grad_(False)
+    return hf_model.to(next(model.parameters()).device).eval().requires_grad_(False)
 
 
 def run_hf(hf_model, workload: Workload, batch_size: int = 16, pad_token_id: int = 0,
@@ -59,7 +59,7 @@ def _run_batch(hf_model, batch: list[BenchRequest], seed: int, pad_token_id: int
     """Run one static batch; returns the tokens generated, padding rows included."""
     import torch
 
-    input_ids, mask = left_pad([r.prompt for r in batch], pad_token_id)
+    input_ids, mask = (t.to(hf_model.device) for t in left_pad([r.prompt for r in batch], pad_token_id))
     new = max(r.output_len for r in batch)
     width = max(r.n for r in batch)
     torch.manual_seed(seed)
@@ -94,5 +94,5 @@ def _warm_up(hf_model, pad_token_id: int) -> None:
     import torch
 
     with torch.inference_mode():
-        hf_model.generate(input_ids=torch.full((1, 8), 20, dtype=torch.long), max_new_tokens=2, min_new_tokens=2,
+        hf_model.generate(input_ids=torch.full((1, 8), 20, dtype=torch.long, device=hf_model.device), max_new_tokens=2, min_new_tokens=2,
                           do_sample=False, pad_token_id=pad_token_id)  # fmt: skip
