@@ -154,3 +154,43 @@ def test_recording_changes_nothing(tiny_llama_dir):
         recorded = tokens(run_all(make_engine(tiny_llama_dir), prompts, params))
     assert recorded == plain and log
     assert not device_mod._recorders  # the recorder is gone after its block
+
+
+CUDA = torch.device("cuda", 0)
+
+
+def test_attention_on_cuda_is_triton_or_the_reference(monkeypatch):
+    """Decided from the device name alone, so it is checked here without a GPU."""
+    from pagedllm.attention import triton as triton_pkg
+    from pagedllm.engine.model_runner import resolve_attention_impl
+
+    monkeypatch.setattr(triton_pkg, "is_available", lambda: True)
+    assert resolve_attention_impl("auto", 64, torch.bfloat16, CUDA) == "triton"
+    assert resolve_attention_impl("triton", 64, torch.bfloat16, CUDA) == "triton"
+    assert resolve_attention_impl("reference", 64, torch.bfloat16, CUDA) == "reference"
+    for cpu_only in ("compiled", "fast", "blockwise"):
+        with pytest.raises(InvalidInputError, match="CPU only"):
+            resolve_attention_impl(cpu_only, 64, torch.bfloat16, CUDA)
+    monkeypatch.setattr(triton_pkg, "is_available", lambda: False)
+    with pytest.raises(InvalidInputError, match="needs the triton package"):
+        resolve_attention_impl("auto", 64, torch.bfloat16, CUDA)
+
+
+def test_cpu_attention_choice_is_unchanged_by_the_device_argument():
+    from pagedllm.engine.model_runner import resolve_attention_impl
+
+    for impl in ("auto", "fast", "reference", "blockwise"):
+        assert resolve_attention_impl(impl, 64, torch.float32, torch.device("cpu")) == \
+            resolve_attention_impl(impl, 64, torch.float32)
+
+
+def test_auto_dtype_on_cuda_follows_the_gpu(monkeypatch):
+    from pagedllm.model.dtype import describe_dtype, resolve_dtype
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    assert resolve_dtype("auto", device=CUDA) == torch.bfloat16
+    assert describe_dtype("auto", torch.bfloat16, CUDA) == "bfloat16 (auto: the GPU has native bfloat16)"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
+    assert resolve_dtype("auto", device=CUDA) == torch.float32
+    assert resolve_dtype("float32", device=CUDA) == torch.float32
+    assert resolve_dtype("auto", flags=["avx512_bf16"]) == torch.bfloat16  # the CPU still reads its flags
