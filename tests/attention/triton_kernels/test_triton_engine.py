@@ -77,10 +77,27 @@ def test_triton_on_the_cpu_needs_the_interpreter(tiny_llama_dir, device, monkeyp
 
     if device.type != "cpu":
         pytest.skip("checks the CPU's refusal; on CUDA the other tests here run the kernels")
-    monkeypatch.delenv("TRITON_INTERPRET")
-    from triton import knobs
-
-    monkeypatch.setattr(knobs.runtime, "interpret", False)
+    monkeypatch.delenv("TRITON_INTERPRET")  # triton's interpret knob reads the variable
     model, config = load_model(tiny_llama_dir, torch.float32, "cpu")
     with pytest.raises(InvalidInputError, match="needs a CUDA device"):
         ModelRunner(model, config, 16, 4, torch.float32, "triton", "cpu")
+
+
+def test_the_attention_plan_crosses_once_per_step_not_per_layer(tiny_llama_dir, device):
+    """The Triton plan's launch lists go over in one copy per eager step (a replayed CUDA graph needs none)."""
+    from pagedllm.engine.device import record_transfers
+
+    config = EngineConfig(model=str(tiny_llama_dir), num_blocks=64, block_size=4, max_num_batched_tokens=24,
+                          dtype="float32", device=str(device), attention_impl="triton", max_model_len=64)
+    engine = LLMEngine(config)
+    for prompt in ([5, 6, 7, 8, 9, 10], [11, 12]):
+        engine.add_request(None, prompt, SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True))
+    per_step = []
+    while engine.has_unfinished_requests():
+        with record_transfers() as log:
+            engine.step()
+        per_step.append([t.what for t in log])
+    plan = [["step inputs", "attention plan", "sampled tokens"]]
+    replayed = [["step inputs", "sampled tokens"]]
+    assert per_step[0] == plan[0]  # the prompts: always eager
+    assert all(s in (plan + replayed if device.type == "cuda" else plan) for s in per_step), per_step
