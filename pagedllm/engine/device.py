@@ -60,18 +60,15 @@ def _record(direction: str, what: str, tensor: torch.Tensor) -> None:
         log.append(Transfer(direction, what, tensor.numel() * tensor.element_size()))
 
 
-def host_tensor(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A host tensor ready for to_device: in pinned memory when the device is CUDA (so the copy is async)."""
-    tensor = torch.tensor(values, dtype=dtype)
-    return tensor.pin_memory() if device.type == "cuda" else tensor
-
-
 def to_device(host: torch.Tensor, device: torch.device, what: str) -> torch.Tensor:
-    """Copy a host tensor to the device without waiting (pinned source); the same tensor when device is the CPU."""
+    """Copy a host tensor to the device without waiting: from pinned memory (pinned here if it is not yet),
+    so the copy is a DMA ordered on the device's stream. The same tensor when the device is the CPU."""
     _record("h2d", what, host)
     if device.type == "cpu":
         return host
-    return host.to(device, non_blocking=host.is_pinned())
+    if not host.is_pinned():
+        host = host.pin_memory()  # torch's pinned allocator keeps the buffer until the copy has finished
+    return host.to(device, non_blocking=True)
 
 
 def to_host(tensor: torch.Tensor, what: str, pinned: bool = False) -> torch.Tensor:

@@ -117,8 +117,6 @@ class ModelRunner:
         parts = [host.input_ids, host.positions, meta.slot_mapping, meta.block_tables.reshape(-1),
                  meta.seq_lens, meta.query_start_loc, host.logits_rows]
         flat = torch.cat(parts)
-        if self.device.type == "cuda":
-            flat = flat.pin_memory()
         ids, positions, slots, tables, seq_lens, starts, rows = to_device(flat, self.device, "step inputs").split(
             [p.numel() for p in parts]
         )

@@ -72,8 +72,6 @@ def make_plan(
     chosen = split_len or default_split_len(longest, len(decode) * kvh, query.device)
     lists = (decode, rows, tile_seq, tile_start)
     flat = torch.tensor([x for xs in lists for x in xs], dtype=torch.int64)
-    if query.is_cuda:
-        flat = flat.pin_memory()
     decode_ids, decode_rows, seqs, starts = to_device(flat, query.device, "attention plan").split([len(xs) for xs in lists])
     return TritonPlan(decode_ids, decode_rows, chosen, -(-longest // chosen), seqs, starts, block_m, split_len)
 

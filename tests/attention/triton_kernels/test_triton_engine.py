@@ -56,7 +56,10 @@ def test_padded_decode_step_equals_the_eager_step(tiny_llama_dir, device):
         padded = runner.execute(decode)
     torch.testing.assert_close(padded, eager, atol=1e-5, rtol=1e-5)
     for before, after in zip(pool, runner.kv_caches):
-        assert torch.equal(before, after)  # same K/V rewritten at the same slots; padding rows wrote none
+        # the same K/V rewritten at the same slots (a padded matmul may round differently on a GPU), and
+        # nothing anywhere else: a padding row writing would change a slot by far more than 1e-5
+        torch.testing.assert_close(after, before, atol=1e-5, rtol=1e-5)
+        assert not after[:, :, 9:].any()  # blocks no sequence holds are still zero
 
 
 def test_prefill_steps_are_not_replayed(tiny_llama_dir, device):
