@@ -104,7 +104,8 @@ def greedy(model_dir: Path, device: str, num_prompts: int, new_tokens: int) -> i
                 print(f"  prompt {i} ({len(prompt)} tokens): differs at token {at}; transformers' top-2 gap {gap:.2e}")
                 failures += 1
         del engine, hf_model
-        print(f"  enforce_eager={eager}: {num_prompts - failures} of {num_prompts} prompts equal, {new_tokens} tokens each")
+        equal = num_prompts - failures
+        print(f"  enforce_eager={eager}: {equal} of {num_prompts} prompts equal, {new_tokens} tokens each")
         total_failures += failures
     return 1 if total_failures else 0
 
@@ -145,7 +146,8 @@ def decode_bandwidth(num_seqs: int, context: int, heads: int, kv_heads: int, hea
 def bandwidth() -> int:
     copy = copy_bandwidth()
     print(f"  device-to-device copy: {copy / 1e9:.0f} GB/s (read + write)")
-    shapes = [("default model (9 heads, 3 KV heads, d 64)", 9, 3, 64), ("8B-like (32 heads, 8 KV heads, d 128)", 32, 8, 128)]
+    shapes = [("default model (9 heads, 3 KV heads, d 64)", 9, 3, 64),
+              ("8B-like (32 heads, 8 KV heads, d 128)", 32, 8, 128)]
     for name, heads, kv_heads, head_dim in shapes:
         for num_seqs, context in ((64, 4096), (256, 1024), (8, 32768)):
             achieved = decode_bandwidth(num_seqs, context, heads, kv_heads, head_dim, block_size=16)

@@ -2,7 +2,8 @@
 
 Sequences with one new token go to the split decode kernel plus the merge kernel; sequences with more
 (prompts, chunked prefill) go to the prefill kernel in tiles of new tokens. The launch lists are built
-once per step from the metadata's host lists and kept in meta.plan for the other layers.
+once per step from the metadata's host lists, sent to the device in one copy and kept in meta.plan for the
+other layers. decode_only_plan is the fixed plan a CUDA graph of a decode-only step is captured with.
 """
 
 from dataclasses import dataclass
@@ -72,7 +73,8 @@ def make_plan(
     chosen = split_len or default_split_len(longest, len(decode) * kvh, query.device)
     lists = (decode, rows, tile_seq, tile_start)
     flat = torch.tensor([x for xs in lists for x in xs], dtype=torch.int64)
-    decode_ids, decode_rows, seqs, starts = to_device(flat, query.device, "attention plan").split([len(xs) for xs in lists])
+    sent = to_device(flat, query.device, "attention plan")  # one copy for the four lists
+    decode_ids, decode_rows, seqs, starts = sent.split([len(xs) for xs in lists])
     return TritonPlan(decode_ids, decode_rows, chosen, -(-longest // chosen), seqs, starts, block_m, split_len)
 
 
