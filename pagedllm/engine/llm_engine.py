@@ -12,6 +12,7 @@ import logging
 import torch
 
 from pagedllm.config import EngineConfig
+from pagedllm.engine.device import resolve_device
 from pagedllm.engine.kv_snapshot import kv_snapshot
 from pagedllm.engine.model_runner import ModelRunner, SeqInput
 from pagedllm.engine.output_stage import OutputStage
@@ -39,8 +40,9 @@ class LLMEngine:
 
         self.config = config = config or EngineConfig()
         path = config.model or str(_default_model())
-        self.dtype = resolve_dtype(config.dtype)
-        self.model, self.model_config = load_model(path, self.dtype)
+        self.device = resolve_device(config.device)
+        self.dtype = resolve_dtype(config.dtype, device=self.device)
+        self.model, self.model_config = load_model(path, self.dtype, self.device)
         self.tokenizer = load_tokenizer(path)
         self.model_name = config.served_model_name or _model_name(path)
         self.max_model_len = config.max_model_len or min(self.model_config.max_position_embeddings, _MAX_DEFAULT_LEN)
@@ -48,12 +50,14 @@ class LLMEngine:
         sharing = config.enable_prefix_caching and config.allocator == "paged"  # contiguous runs share nothing
         self.kv = KVCacheManager(num_blocks, config.block_size, sharing)
         self.runner = ModelRunner(
-            self.model, self.model_config, num_blocks, config.block_size, self.dtype, config.attention_impl
+            self.model, self.model_config, num_blocks, config.block_size, self.dtype, config.attention_impl, self.device
         )
+        if self.device.type == "cuda" and not config.enforce_eager:
+            self.runner.capture_graphs(config.max_num_seqs, self.max_model_len)
         self.swap_space = SwapSpace(self.runner.kv_caches)
         self.scheduler = Scheduler(config, self.kv, self.max_model_len, self.swap_space)
         self.eos_token_ids = _eos_ids(self.model_config, self.tokenizer)
-        self.output_stage = OutputStage(self.tokenizer, self.eos_token_ids, config.seed)
+        self.output_stage = OutputStage(self.tokenizer, self.eos_token_ids, config.seed, self.device)
         self.requests: dict[str, Request] = {}
         self._ids = itertools.count()
         self.prompt_tokens_total = 0
@@ -200,14 +204,22 @@ class LLMEngine:
         return list(ids)
 
     def _blocks_for_budget(self) -> int:
+        """On CUDA from gpu_memory_utilization (a profiled step), else from kv_cache_memory."""
         from pagedllm.engine.model_runner import num_blocks_for_memory
 
+        if self.device.type == "cuda":
+            from pagedllm.engine.pool_sizing import gpu_pool_blocks
+
+            return gpu_pool_blocks(
+                self.model, self.model_config, self.config, self.dtype, self.device, self.max_model_len
+            )
         return num_blocks_for_memory(self.model_config, self.config.block_size, self.dtype, self.config.kv_cache_memory)
 
     def _log_capacity(self) -> None:
         from pagedllm.attention import kv_cache_bytes_per_block
 
-        logger.info("dtype %s; attention %s", describe_dtype(self.config.dtype, self.dtype), self.runner.attention_impl)
+        dtype = describe_dtype(self.config.dtype, self.dtype, self.device)
+        logger.info("device %s; dtype %s; attention %s", self.device, dtype, self.runner.attention_impl)
         mc, kv = self.model_config, self.kv
         per_block = kv_cache_bytes_per_block(mc.num_layers, kv.block_size, mc.num_kv_heads, mc.head_dim, self.dtype)
         logger.info(

@@ -9,6 +9,7 @@ import torch
 
 from pagedllm.engine.beam import BeamSearch
 from pagedllm.engine.completion import Completion
+from pagedllm.engine.device import to_device
 from pagedllm.engine.detokenizer import IncrementalDetokenizer, Tokenizer
 from pagedllm.engine.outcome import BeamChoice, SampledToken, StepOutcome
 from pagedllm.engine.request import Request, Sequence
@@ -17,9 +18,12 @@ from pagedllm.engine.step import SchedulerOutput
 
 
 class OutputStage:
-    def __init__(self, tokenizer: Tokenizer, eos_token_ids: set[int], seed: int) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer, eos_token_ids: set[int], seed: int, device: torch.device | str = "cpu"
+    ) -> None:
         self.tokenizer = tokenizer
         self.eos_token_ids = eos_token_ids
+        self.device = torch.device(device)  # where the logits are: each completion's generator lives there
         self._rng = torch.Generator().manual_seed(seed)
 
     def start(self, request: Request) -> Completion | None:
@@ -40,9 +44,9 @@ class OutputStage:
     def _generator(self, request: Request, index: int) -> torch.Generator:
         """Completion `index`'s own random stream: from the request's seed, else from the engine's seed."""
         if request.params.seed is not None:
-            return make_generator(request.params.seed, index)
+            return make_generator(request.params.seed, index, self.device)
         seed = int(torch.randint(0, 2**62, (1,), generator=self._rng))
-        return torch.Generator().manual_seed(seed)
+        return torch.Generator(self.device).manual_seed(seed)
 
     def process(self, step: SchedulerOutput, logits: torch.Tensor) -> StepOutcome:
         """logits: one row per sequence of step.logits_seqs(), in that order."""
@@ -56,7 +60,7 @@ class OutputStage:
                 targets.extend(self._targets(request, items))
         if targets:
             rows = [SamplingRow(r.params, c.generator, r.prompt_token_ids, s.output_ids) for r, s, c, _, _ in targets]
-            picked = logits[torch.tensor([row for *_, row, _ in targets], dtype=torch.long)]
+            picked = _pick_rows(logits, [row for *_, row, _ in targets])
             for (request, seq, completion, _, fork), result in zip(targets, sample(picked, rows, self.eos_token_ids)):
                 outcome.tokens.append(self._token(request, seq, completion, result, fork))
         return outcome
@@ -90,7 +94,14 @@ def _beam_step(request: Request, items: list[tuple[Sequence, int]], logits: torc
     """Every live beam computed its last token this step; the search picks the next beams."""
     search: BeamSearch = request.beam
     row_of = {seq.index: row for seq, row in items}
-    return search.step(logits[[row_of[b.beam_id] for b in search.live]])
+    return search.step(_pick_rows(logits, [row_of[b.beam_id] for b in search.live]))
+
+
+def _pick_rows(logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """logits[rows]; the rows' index crosses to the device only when it is not simply every row in order."""
+    if rows == list(range(logits.shape[0])):
+        return logits
+    return logits[to_device(torch.tensor(rows, dtype=torch.long), logits.device, "sampling rows")]
 
 
 def _rows_by_request(step: SchedulerOutput) -> dict[Request, list[tuple[Sequence, int]]]:
