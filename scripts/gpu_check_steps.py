@@ -55,8 +55,10 @@ def engine_greedy(model_dir: Path, device: str, prompts: list[list[int]], new_to
     from pagedllm.engine.llm_engine import LLMEngine
     from pagedllm.sampling_params import SamplingParams
 
+    # a fixed pool (64k tokens): two engines live in this process one after the other, and a profile
+    # would count the first one's memory (the bench step sizes its pool from gpu_memory_utilization)
     config = EngineConfig(model=str(model_dir), device=device, dtype="float32", enforce_eager=eager,
-                          gpu_memory_utilization=0.4, max_model_len=1024)  # fmt: skip
+                          num_blocks=4096, max_model_len=1024)  # fmt: skip
     engine = LLMEngine(config)
     params = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
     ids = [engine.add_request(None, p, params) for p in prompts]
