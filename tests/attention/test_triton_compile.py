@@ -15,4 +15,5 @@ def test_kernels_compile_for_cuda() -> None:
     script = Path(__file__).parent / "triton_cuda_compile.py"
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count("compiled") == 20, result.stdout  # 5 kernels x 2 dtypes x 2 shapes
+    # 5 kernels x 2 dtypes x 2 shapes, and the merge again with a CUDA graph's 32 splits
+    assert result.stdout.count("compiled") == 24, result.stdout
