@@ -13,6 +13,8 @@ capture=False runs the same padded static step eagerly instead of replaying a gr
 padding and the fixed plan that way on the CPU (Triton interpreter), where no graph can be captured.
 """
 
+import logging
+import time
 from typing import TYPE_CHECKING
 
 import torch
@@ -22,6 +24,8 @@ from pagedllm.attention.triton.attention import decode_only_plan
 
 if TYPE_CHECKING:
     from pagedllm.engine.model_runner import ModelRunner, StepTensors
+
+logger = logging.getLogger("pagedllm")
 
 
 def padded_sizes(max_num_seqs: int) -> list[int]:
@@ -60,9 +64,7 @@ class DecodeGraphs:
         self.steps = {size: self._static_step(size) for size in self.sizes}
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         if capture:
-            pool = torch.cuda.graph_pool_handle()
-            for size in reversed(self.sizes):  # largest first: the smaller graphs reuse its memory
-                self.graphs[size] = self._capture(self.steps[size], pool)
+            self._capture_all()
 
     def covers(self, step: "StepTensors") -> bool:
         return fits(step, self.sizes[-1], self.width)
@@ -95,6 +97,19 @@ class DecodeGraphs:
         kv_cache = self.runner.kv_caches[0]
         meta.plan = decode_only_plan(size, self.max_model_len, self.runner.config.num_heads, kv_cache)
         return StepTensors(self.input_ids[:size], self.positions[:size], meta, self.query_start_loc[:size])
+
+    def _capture_all(self) -> None:
+        """Every size, largest first (the smaller graphs reuse its memory); logs the time and memory taken,
+        which the pool sizing did not count."""
+        start, reserved = time.perf_counter(), torch.cuda.memory_reserved(self.runner.device)
+        pool = torch.cuda.graph_pool_handle()
+        for size in reversed(self.sizes):
+            self.graphs[size] = self._capture(self.steps[size], pool)
+        logger.info(
+            "CUDA graphs for decode batches of %s captured in %.1f s, %.0f MiB",
+            ", ".join(map(str, self.sizes)), time.perf_counter() - start,
+            (torch.cuda.memory_reserved(self.runner.device) - reserved) / 2**20,
+        )
 
     def _capture(self, step: "StepTensors", pool: object) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
         with torch.inference_mode():
