@@ -7,7 +7,7 @@ then, but the call is still recorded: the test checks which transfers the code a
 
 import re
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -32,6 +32,15 @@ def resolve_device(name: str) -> torch.device:
         seen = f"{count} CUDA device(s)" if count else "no CUDA device (CPU-only torch build or no GPU)"
         raise InvalidInputError(f"device {name!r} asked for, but torch sees {seen}")
     return torch.device("cuda", index)
+
+
+def current(device: torch.device) -> AbstractContextManager:
+    """Make `device` the current CUDA device for a block (a no-op on the CPU).
+
+    Triton launches its kernels on the current device, which is per thread and cuda:0 unless set: the
+    engine's calls that launch kernels run inside this, so cuda:N works from any thread (the server's too).
+    """
+    return torch.cuda.device(device) if device.type == "cuda" else nullcontext()
 
 
 @dataclass(frozen=True, slots=True)

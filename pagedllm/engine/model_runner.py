@@ -14,7 +14,7 @@ import torch
 from pagedllm.attention import AttentionMetadata, allocate_kv_caches, copy_blocks, kv_cache_bytes_per_block
 from pagedllm.attention.compiled import compiled_copy_blocks
 from pagedllm.config import parse_memory_size  # noqa: F401  (one parser for the whole project; re-exported)
-from pagedllm.engine.device import to_device
+from pagedllm.engine.device import current, to_device
 from pagedllm.errors import InvalidInputError
 from pagedllm.model.config import ModelConfig
 
@@ -66,11 +66,16 @@ class ModelRunner:
         """Capture decode-only steps as CUDA graphs at padded batch sizes (CUDA with the Triton attention only)."""
         from pagedllm.engine.cuda_graphs import DecodeGraphs
 
-        self.graphs = DecodeGraphs(self, max_num_seqs, max_model_len)
+        with current(self.device):
+            self.graphs = DecodeGraphs(self, max_num_seqs, max_model_len)
 
     def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
         if not copies:
             return
+        with current(self.device):
+            self._copy_blocks(copies)
+
+    def _copy_blocks(self, copies: list[tuple[int, int]]) -> None:
         if self.attention_impl == "compiled":
             compiled_copy_blocks(self.kv_caches, copies)
         elif self.attention_impl == "triton" and self.device.type == "cuda":
@@ -85,7 +90,7 @@ class ModelRunner:
         if not seqs:
             return torch.empty(0, self.config.vocab_size, device=self.device)
         step = self.prepare(seqs)
-        with torch.inference_mode():
+        with torch.inference_mode(), current(self.device):
             if self.graphs is not None and self.graphs.covers(step):
                 return self.graphs.replay(step)
             return self.forward(step)

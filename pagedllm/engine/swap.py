@@ -9,7 +9,7 @@ from typing import Protocol
 import torch
 
 from pagedllm.attention.kv_cache import read_tokens, write_tokens
-from pagedllm.engine.device import to_device, to_host
+from pagedllm.engine.device import current, to_device, to_host
 
 
 class SwapStore(Protocol):
@@ -40,7 +40,8 @@ class SwapSpace:
 
     def restore(self, seq_id: int, blocks: list[int]) -> None:
         for cache, rows in zip(self.kv_caches, self._saved.pop(seq_id)):
-            write_tokens(cache, blocks, to_device(rows, cache.device, "swap in"))
+            with current(cache.device):  # write_tokens launches the Triton KV write on CUDA
+                write_tokens(cache, blocks, to_device(rows, cache.device, "swap in"))
 
     def drop(self, seq_id: int) -> None:
         self._saved.pop(seq_id, None)
