@@ -74,7 +74,8 @@ bench() {
     "$PYTHON" -m pagedllm bench throughput --model "$OUT_DIR/model" --device cuda --dtype bfloat16 \
         --workload mixed --baseline hf --no-progress --json "$OUT_DIR/bench_graphs.json" &&
     "$PYTHON" -m pagedllm bench throughput --model "$OUT_DIR/model" --device cuda --dtype bfloat16 \
-        --workload mixed --enforce-eager --no-progress --json "$OUT_DIR/bench_eager.json"
+        --workload mixed --enforce-eager --no-progress --json "$OUT_DIR/bench_eager.json" &&
+    "$PYTHON" scripts/gpu_check_steps.py graphs "$OUT_DIR"
 }
 
 bandwidth() {

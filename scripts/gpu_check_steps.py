@@ -5,6 +5,7 @@
   greedy DIR         engine greedy tokens (CUDA graphs on, then enforce_eager) == transformers generate
   bandwidth          decode attention's achieved bandwidth vs a measured device-to-device copy
   imports            `import pagedllm` and the engine path pull in none of the server's or GGUF's packages
+  graphs OUT_DIR     CUDA graphs on vs off, from the bench step's bench_graphs.json and bench_eager.json
 
 --device cpu with --small runs the same code on the CPU (a dry run of the script, not a measurement).
 Nothing is downloaded; only torch, triton, transformers, tokenizers and safetensors are needed.
@@ -158,6 +159,16 @@ def bandwidth() -> int:
     return 0
 
 
+def compare_graphs(out_dir: Path) -> int:
+    """The engine's throughput with CUDA graphs (the default) over enforce_eager, same workload and GPU."""
+    on, off = (json.loads((out_dir / f"bench_{name}.json").read_text())["runs"][0] for name in ("graphs", "eager"))
+    ratio = on["output_tokens_per_s"] / off["output_tokens_per_s"]
+    for label, run in (("CUDA graphs on", on), ("enforce_eager", off)):
+        print(f"  {label}: {run['output_tokens_per_s']:.0f} output tok/s, {run['elapsed_s']:.2f} s")
+    print(f"  graphs on / off: {ratio:.2f}x")
+    return 0
+
+
 def imports() -> int:
     import pagedllm  # noqa: F401
     import pagedllm.bench.throughput  # noqa: F401
@@ -171,8 +182,8 @@ def imports() -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=["make-model", "greedy", "bandwidth", "imports"])
-    parser.add_argument("model_dir", nargs="?", type=Path)
+    parser.add_argument("step", choices=["make-model", "greedy", "bandwidth", "imports", "graphs"])
+    parser.add_argument("model_dir", nargs="?", type=Path, help="the model directory (graphs: the output directory)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--small", action="store_true", help="a tiny model (CPU dry run)")
     parser.add_argument("--prompts", type=int, default=8)
@@ -183,6 +194,8 @@ def main() -> int:
         return 0
     if args.step == "greedy":
         return greedy(args.model_dir, args.device, args.prompts, args.new_tokens)
+    if args.step == "graphs":
+        return compare_graphs(args.model_dir)
     return bandwidth() if args.step == "bandwidth" else imports()
 
 
