@@ -172,11 +172,11 @@ def _truncated_probs(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Ten
     sort = [r.params.top_k > 0 or r.params.top_p < 1.0 for r in rows]
     plain = [i for i, s in enumerate(sort) if not s]
     ranked = [i for i, s in enumerate(sort) if s]
-    probs = torch.empty_like(logits)
     if not ranked:
         return _min_p(logits.softmax(dim=-1), rows)
     if not plain:
         return _sorted_truncation(logits, rows)
+    probs = torch.empty_like(logits)
     plain_rows, ranked_rows = _index(plain, logits), _index(ranked, logits)
     probs[plain_rows] = _min_p(logits[plain_rows].softmax(dim=-1), [rows[i] for i in plain])
     probs[ranked_rows] = _sorted_truncation(logits[ranked_rows], [rows[i] for i in ranked])
