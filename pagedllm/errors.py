@@ -11,3 +11,7 @@ class InvalidInputError(UserFacingError, ValueError):
 
 class ModelLoadError(UserFacingError):
     """A model file or directory that is missing, corrupt or unsupported."""
+
+
+class WorkerFailedError(RuntimeError):
+    """A tensor-parallel rank died or stopped answering: the engine cannot run another step."""

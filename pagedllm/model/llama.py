@@ -11,6 +11,7 @@ from pagedllm.attention import AttentionMetadata, paged_attention, write_kv
 from pagedllm.model import compiled_ops as ops
 from pagedllm.model.config import ModelConfig
 from pagedllm.model.layers import RMSNorm, RotaryEmbedding, SwiGLUMLP, apply_rotary, fuse_linears
+from pagedllm.model.parallel import ParallelLayout, no_reduce
 from pagedllm.model.projection import Projection, can_pack
 
 
@@ -80,10 +81,11 @@ class DecoderLayer(nn.Module):
         self.self_attn = Attention(config)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = SwiGLUMLP(config.hidden_size, config.intermediate_size)
+        self.all_reduce = no_reduce  # tensor parallelism: the sum of the ranks' row-parallel outputs
 
     def forward(self, x, cos_sin, kv_cache, meta, attention_impl: str) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos_sin, kv_cache, meta, attention_impl)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        x = x + self.all_reduce(self.self_attn(self.input_layernorm(x), cos_sin, kv_cache, meta, attention_impl))
+        return x + self.all_reduce(self.mlp(self.post_attention_layernorm(x)))
 
     def forward_compiled(
         self, hidden: torch.Tensor, residual: torch.Tensor, cos_sin, kv_cache, meta
@@ -91,9 +93,9 @@ class DecoderLayer(nn.Module):
         """hidden: the previous sublayer's output; residual: the stream so far. Both [T, hidden], updated in
         place (residual += hidden, then hidden = norm(residual)); returns this layer's MLP output."""
         self.input_layernorm.forward_compiled(hidden, residual)
-        hidden = self.self_attn.forward_compiled(hidden, cos_sin, kv_cache, meta)
+        hidden = self.all_reduce(self.self_attn.forward_compiled(hidden, cos_sin, kv_cache, meta))
         self.post_attention_layernorm.forward_compiled(hidden, residual)
-        return self.mlp.forward_compiled(hidden)
+        return self.all_reduce(self.mlp.forward_compiled(hidden))
 
 
 class LlamaModel(nn.Module):
@@ -112,6 +114,7 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.rotary = RotaryEmbedding(config)
         self.head: Projection | None = None  # lm_head, packed, once fuse_projections() ran
+        self.parallel: ParallelLayout | None = None  # set on a tensor-parallel rank: its model is a shard
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
@@ -124,13 +127,28 @@ class LlamaForCausalLM(nn.Module):
         attention_impl: str = "auto",
     ) -> torch.Tensor:
         """Final-normed hidden states [T, hidden]; writes each layer's new K/V into kv_caches."""
-        x = self.model.embed_tokens(input_ids)  # [T, hidden]
+        x = self.embed(input_ids)  # [T, hidden]
         cos_sin = self.rotary.cos_sin(positions, x.dtype)
         if attention_impl == "compiled":
             return self._forward_compiled(x, cos_sin, kv_caches, meta)
         for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
             x = layer(x, cos_sin, kv_cache, meta, attention_impl)
         return self.model.norm(x)
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """[T] -> [T, hidden]. A tensor-parallel rank looks up the ids in its vocabulary slice, zeroes the
+        others' rows, and the sum over ranks gives every row."""
+        if self.parallel is None:
+            return self.model.embed_tokens(input_ids)
+        local = input_ids - self.parallel.vocab_start
+        outside = (local < 0) | (input_ids >= self.parallel.vocab_stop)
+        x = self.model.embed_tokens(local.masked_fill(outside, 0))
+        return self.parallel.all_reduce(x.masked_fill_(outside.unsqueeze(1), 0))
+
+    def set_parallel(self, layout: ParallelLayout) -> None:
+        self.parallel = layout
+        for layer in self.model.layers:
+            layer.all_reduce = layout.all_reduce
 
     def _forward_compiled(self, x, cos_sin, kv_caches, meta) -> torch.Tensor:
         """Same maths with the compiled kernels: the residual stream is kept apart from each sublayer's
@@ -151,6 +169,6 @@ class LlamaForCausalLM(nn.Module):
         return self
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden: [T, hidden] -> float32 logits [T, vocab]."""
+        """hidden: [T, hidden] -> float32 logits [T, vocab] (a tensor-parallel rank: its vocabulary slice's)."""
         head = self.head if self.head is not None else self.lm_head
         return head(hidden).float()

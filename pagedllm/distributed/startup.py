@@ -1,0 +1,79 @@
+"""Bringing up a tensor-parallel engine: rank 0's side (from LLMEngine) and a torchrun worker's side."""
+
+import logging
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from pagedllm.distributed.executor import TensorParallelExecutor
+from pagedllm.distributed.group import RankGroup, step_timeout_s
+from pagedllm.distributed.launch import LocalWorkers, launched_by_torchrun, torchrun_rank_and_size
+from pagedllm.distributed.sharded_load import read_model_config
+from pagedllm.distributed.sharding import check_shardable, local_config
+from pagedllm.distributed.worker import WorkerSpec, build_rank, run_worker, share_spec
+from pagedllm.errors import InvalidInputError
+from pagedllm.model.config import ModelConfig
+
+logger = logging.getLogger("pagedllm")
+BACKEND = "gloo"  # the CPU backend
+
+
+def is_torchrun_worker() -> bool:
+    return launched_by_torchrun() and torchrun_rank_and_size()[0] != 0
+
+
+def run_torchrun_worker() -> int:
+    """A rank > 0 under torchrun: join, serve rank 0's steps, and return the exit status."""
+    rank, size = torchrun_rank_and_size()
+    return run_worker(RankGroup.join(BACKEND, rank, size))
+
+
+def start_rank0(
+    model_path: str, dtype: torch.dtype, size: int, block_size: int, attention_impl: str,
+    num_blocks_for: Callable[[ModelConfig], int],
+) -> tuple[TensorParallelExecutor, ModelConfig]:
+    """Check the split, start or join the other ranks, load rank 0's shard; the executor and the full config.
+    `num_blocks_for(local config)` sizes each rank's pool (the same block count on every rank)."""
+    full_config = read_model_config(model_path)
+    check_shardable(full_config, size)
+    num_blocks = num_blocks_for(local_config(full_config, size))
+    group, workers = _join(size, attention_impl)
+    try:
+        threads = None if workers is None else max(1, torch.get_num_threads() // size)
+        spec = WorkerSpec(model_path, str(dtype).removeprefix("torch."), num_blocks, block_size, attention_impl, threads)
+        share_spec(0, spec)
+        runner, layout, vocab_size = build_rank(group, spec)
+        dist.barrier()  # every rank's shard is loaded
+    except BaseException:
+        if workers is not None:
+            workers.stop(timeout=0)
+        raise
+    logger.info("tensor parallel: %d ranks (%s), step timeout %.0f s", size, BACKEND, step_timeout_s())
+    executor = TensorParallelExecutor(runner, group, layout, vocab_size, workers, heartbeat_s=step_timeout_s() / 2)
+    return executor, full_config
+
+
+def _join(size: int, attention_impl: str) -> tuple[RankGroup, LocalWorkers | None]:
+    if launched_by_torchrun():
+        rank, world = torchrun_rank_and_size()
+        if world != size:
+            raise InvalidInputError(f"tensor_parallel_size is {size} but torchrun started {world} processes")
+        return RankGroup.join(BACKEND, rank, size), None
+    _build_kernels_once(attention_impl)
+    store = dist.TCPStore("127.0.0.1", 0, size, is_master=True, wait_for_workers=False)
+    workers = LocalWorkers(size, store.port)
+    workers.store = store  # rank 0's store serves the rendezvous for as long as the group lives
+    try:
+        return RankGroup.join(BACKEND, 0, size, store), workers
+    except BaseException:
+        workers.stop(timeout=0)
+        raise
+
+
+def _build_kernels_once(attention_impl: str) -> None:
+    """Build (or find in the cache) the compiled kernels before the workers start, so they never race to."""
+    if attention_impl in ("auto", "compiled"):
+        from pagedllm.kernels import load_cpu_kernels
+
+        load_cpu_kernels()

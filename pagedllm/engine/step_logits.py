@@ -1,0 +1,45 @@
+"""One step's logits, as far as sampling needs them.
+
+On one process every row is a full [vocab] row. Under tensor parallelism each rank holds a slice of the
+vocabulary, and a row that only needs its greedy token (greedy, no logprobs, no penalties, no min_tokens
+masking) is reduced on the ranks to that token and its raw logprob: rank 0 never sees the whole row.
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+
+from pagedllm.engine.device import to_device
+from pagedllm.engine.sampler import SampleResult, SamplingRow
+
+
+@dataclass(slots=True)
+class StepLogits:
+    full: torch.Tensor  # [rows with full logits, vocab] float32
+    full_index: list[int]  # logits row -> its row in `full`, or -1 for a row known only by its greedy pick
+    greedy: dict[int, SampleResult] = field(default_factory=dict)  # logits row -> greedy token, raw logprob
+
+    @classmethod
+    def dense(cls, logits: torch.Tensor) -> "StepLogits":
+        return cls(logits, list(range(logits.shape[0])))
+
+    def rows(self, rows: list[int]) -> torch.Tensor:
+        """Full logits of these rows; every one of them must have been sent whole."""
+        index = [self.full_index[r] for r in rows]
+        if any(i < 0 for i in index):
+            raise ValueError("a row reduced to its greedy pick was asked for its full logits")
+        if index == list(range(self.full.shape[0])):
+            return self.full
+        # the rows' index crosses to the device only when it is not simply every row in order
+        return self.full[to_device(torch.tensor(index, dtype=torch.long), self.full.device, "sampling rows")]
+
+
+def greedy_only(row: SamplingRow) -> bool:
+    """Whether sampling this row needs nothing but the raw argmax and its logprob."""
+    params = row.params
+    return (
+        params.greedy
+        and params.logprobs is None
+        and not params.has_penalties
+        and len(row.output_ids) >= params.min_tokens
+    )
