@@ -63,6 +63,9 @@ class EngineConfig:
     max_n: int = option(16, "largest n / beam width a request may ask for")
     seed: int = option(0, "engine seed for requests without their own")
     enforce_eager: bool = option(False, "on CUDA: run decode steps eagerly instead of replaying CUDA graphs")
+    tensor_parallel_size: int = option(
+        1, "ranks that each hold a slice of every layer (gloo on the CPU); >1 starts the workers, or runs under torchrun"
+    )
 
     def __post_init__(self) -> None:
         _require_choice("dtype", self.dtype, DTYPES)
@@ -70,6 +73,7 @@ class EngineConfig:
         _require_positive("max_num_seqs", self.max_num_seqs)
         _require_positive("max_num_batched_tokens", self.max_num_batched_tokens)
         _require_positive("max_n", self.max_n)
+        _require_positive("tensor_parallel_size", self.tensor_parallel_size)
         if self.num_blocks is not None:
             _require_positive("num_blocks", self.num_blocks)
         if self.max_model_len is not None:

@@ -14,6 +14,7 @@ import torch
 from pagedllm.config import EngineConfig
 from pagedllm.engine.device import resolve_device
 from pagedllm.engine.kv_snapshot import kv_snapshot
+from pagedllm.engine.executor import LocalExecutor
 from pagedllm.engine.model_runner import ModelRunner, SeqInput
 from pagedllm.engine.output_stage import OutputStage
 from pagedllm.engine.outputs import RequestOutput
@@ -21,7 +22,7 @@ from pagedllm.engine.request import Request
 from pagedllm.engine.scheduler import Scheduler
 from pagedllm.engine.stats import EngineStats
 from pagedllm.engine.step import SchedulerOutput
-from pagedllm.engine.swap import SwapSpace
+from pagedllm.engine.step_logits import StepLogits
 from pagedllm.engine.text_stage import detokenize
 from pagedllm.errors import InvalidInputError
 from pagedllm.kv.manager import KVCacheManager
@@ -39,22 +40,25 @@ class LLMEngine:
         from pagedllm.model.tokenizer import load_tokenizer
 
         self.config = config = config or EngineConfig()
+        parallel = config.tensor_parallel_size > 1
+        if parallel:
+            _serve_if_torchrun_worker()
         path = config.model or str(_default_model())
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, device=self.device)
-        self.model, self.model_config = load_model(path, self.dtype, self.device)
+        if parallel:
+            self.executor, self.model_config = self._start_tensor_parallel(path)
+        else:
+            self.model, self.model_config = load_model(path, self.dtype, self.device)
         self.tokenizer = load_tokenizer(path)
         self.model_name = config.served_model_name or _model_name(path)
         self.max_model_len = config.max_model_len or min(self.model_config.max_position_embeddings, _MAX_DEFAULT_LEN)
-        num_blocks = config.num_blocks or self._blocks_for_budget()
+        if not parallel:
+            self.executor = LocalExecutor(self._build_runner())
+        self.runner, self.model = self.executor.runner, self.executor.runner.model
         sharing = config.enable_prefix_caching and config.allocator == "paged"  # contiguous runs share nothing
-        self.kv = KVCacheManager(num_blocks, config.block_size, sharing)
-        self.runner = ModelRunner(
-            self.model, self.model_config, num_blocks, config.block_size, self.dtype, config.attention_impl, self.device
-        )
-        if self.device.type == "cuda" and not config.enforce_eager:
-            self.runner.capture_graphs(config.max_num_seqs, self.max_model_len)
-        self.swap_space = SwapSpace(self.runner.kv_caches)
+        self.kv = KVCacheManager(self.runner.num_blocks, config.block_size, sharing)
+        self.swap_space = self.executor.swap_space
         self.scheduler = Scheduler(config, self.kv, self.max_model_len, self.swap_space)
         self.eos_token_ids = _eos_ids(self.model_config, self.tokenizer)
         self.output_stage = OutputStage(self.tokenizer, self.eos_token_ids, config.seed, self.device)
@@ -119,11 +123,15 @@ class LLMEngine:
                 self.requests.pop(request.request_id, None)
         return [r.output() for r in touched]
 
-    def _execute(self, step: SchedulerOutput) -> torch.Tensor:
+    def _execute(self, step: SchedulerOutput) -> StepLogits:
         """Copy-on-write copies first, then the model over the step's tokens: logits of the sampled positions."""
-        self.runner.copy_blocks(step.copies)
         inputs = [SeqInput(s.new_token_ids, s.num_cached, s.block_table, s.needs_logits) for s in step.scheduled]
-        return self.runner.execute(inputs)
+        greedy_rows = self.output_stage.greedy_rows(step) if self.config.tensor_parallel_size > 1 else []
+        return self.executor.execute(step.copies, inputs, greedy_rows)
+
+    def shutdown(self) -> None:
+        """Stop the tensor-parallel workers, if any (also done at exit); the engine cannot step afterwards."""
+        self.executor.shutdown()
 
     # -- building requests ---------------------------------------------------------------
 
@@ -162,7 +170,7 @@ class LLMEngine:
         num_tokens = min(num_tokens, self.kv.num_blocks * self.kv.block_size, self.max_model_len)
         blocks = list(range(-(-num_tokens // self.kv.block_size)))
         token_ids = [i % self.model_config.vocab_size for i in range(num_tokens)]
-        self.runner.execute([SeqInput(token_ids, 0, blocks, True)])
+        self.executor.execute([], [SeqInput(token_ids, 0, blocks, True)], [False])
 
     # -- stats -----------------------------------------------------------------------------
 
@@ -203,6 +211,16 @@ class LLMEngine:
             ids = ids["input_ids"]
         return list(ids)
 
+    def _build_runner(self) -> ModelRunner:
+        config = self.config
+        num_blocks = config.num_blocks or self._blocks_for_budget()
+        runner = ModelRunner(
+            self.model, self.model_config, num_blocks, config.block_size, self.dtype, config.attention_impl, self.device
+        )
+        if self.device.type == "cuda" and not config.enforce_eager:
+            runner.capture_graphs(config.max_num_seqs, self.max_model_len)
+        return runner
+
     def _blocks_for_budget(self) -> int:
         """On CUDA from gpu_memory_utilization (a profiled step), else from kv_cache_memory."""
         from pagedllm.engine.model_runner import num_blocks_for_memory
@@ -215,12 +233,30 @@ class LLMEngine:
             )
         return num_blocks_for_memory(self.model_config, self.config.block_size, self.dtype, self.config.kv_cache_memory)
 
+    def _start_tensor_parallel(self, path: str):
+        """Rank 0 of a tensor-parallel engine: the other ranks started (or joined, under torchrun) and every
+        rank's shard loaded. Each rank's pool gets kv_cache_memory for its own KV heads."""
+        from pagedllm.distributed.startup import start_rank0
+        from pagedllm.engine.model_runner import num_blocks_for_memory
+
+        config = self.config
+        if self.device.type != "cpu":
+            raise InvalidInputError("tensor_parallel_size > 1 runs on the CPU (gloo) only so far; use device='cpu'")
+
+        def blocks_per_rank(local_config) -> int:
+            budget = config.kv_cache_memory
+            return config.num_blocks or num_blocks_for_memory(local_config, config.block_size, self.dtype, budget)
+
+        return start_rank0(
+            path, self.dtype, config.tensor_parallel_size, config.block_size, config.attention_impl, blocks_per_rank
+        )
+
     def _log_capacity(self) -> None:
         from pagedllm.attention import kv_cache_bytes_per_block
 
         dtype = describe_dtype(self.config.dtype, self.dtype, self.device)
         logger.info("device %s; dtype %s; attention %s", self.device, dtype, self.runner.attention_impl)
-        mc, kv = self.model_config, self.kv
+        mc, kv = self.runner.config, self.kv  # a tensor-parallel rank's own KV heads
         per_block = kv_cache_bytes_per_block(mc.num_layers, kv.block_size, mc.num_kv_heads, mc.head_dim, self.dtype)
         logger.info(
             "KV pool: %d blocks x %d tokens = %d tokens (%.0f MiB %s); %d requests of the max length %d fit at once",
@@ -232,6 +268,14 @@ class LLMEngine:
             kv.num_blocks // -(-self.max_model_len // kv.block_size),
             self.max_model_len,
         )
+
+
+def _serve_if_torchrun_worker() -> None:
+    """Under torchrun every rank runs the same command: ranks > 0 serve rank 0's steps, then exit here."""
+    from pagedllm.distributed.startup import is_torchrun_worker, run_torchrun_worker
+
+    if is_torchrun_worker():
+        raise SystemExit(run_torchrun_worker())
 
 
 def _default_model():

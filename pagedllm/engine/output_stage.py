@@ -9,11 +9,11 @@ import torch
 
 from pagedllm.engine.beam import BeamSearch
 from pagedllm.engine.completion import Completion
-from pagedllm.engine.device import to_device
 from pagedllm.engine.detokenizer import IncrementalDetokenizer, Tokenizer
 from pagedllm.engine.outcome import BeamChoice, SampledToken, StepOutcome
 from pagedllm.engine.request import Request, Sequence
 from pagedllm.engine.sampler import SampleResult, SamplingRow, make_generator, sample
+from pagedllm.engine.step_logits import StepLogits, greedy_only
 from pagedllm.engine.step import SchedulerOutput
 
 
@@ -48,7 +48,7 @@ class OutputStage:
         seed = int(torch.randint(0, 2**62, (1,), generator=self._rng))
         return torch.Generator(self.device).manual_seed(seed)
 
-    def process(self, step: SchedulerOutput, logits: torch.Tensor) -> StepOutcome:
+    def process(self, step: SchedulerOutput, logits: StepLogits) -> StepOutcome:
         """logits: one row per sequence of step.logits_seqs(), in that order."""
         outcome = StepOutcome()
         targets: list[tuple[Request, Sequence, Completion, int, bool]] = []
@@ -59,11 +59,29 @@ class OutputStage:
             else:
                 targets.extend(self._targets(request, items))
         if targets:
-            rows = [SamplingRow(r.params, c.generator, r.prompt_token_ids, s.output_ids) for r, s, c, _, _ in targets]
-            picked = _pick_rows(logits, [row for *_, row, _ in targets])
-            for (request, seq, completion, _, fork), result in zip(targets, sample(picked, rows, self.eos_token_ids)):
+            for (request, seq, completion, _, fork), result in zip(targets, self._sample(targets, logits)):
                 outcome.tokens.append(self._token(request, seq, completion, result, fork))
         return outcome
+
+    def greedy_rows(self, step: SchedulerOutput) -> list[bool]:
+        """Per logits row of the step: whether its sampling needs only the greedy pick (see StepLogits)."""
+        return [
+            not s.request.params.use_beam_search
+            and greedy_only(SamplingRow(s.request.params, None, s.request.prompt_token_ids, s.seq.output_ids))
+            for s in step.logits_seqs()
+        ]
+
+    def _sample(self, targets: list, logits: StepLogits) -> list[SampleResult]:
+        """Rows that arrive as their greedy pick keep it; the others are sampled from their full logits."""
+        results: list[SampleResult | None] = [logits.greedy.get(row) for *_, row, _ in targets]
+        todo = [i for i, result in enumerate(results) if result is None]
+        if todo:
+            rows = [SamplingRow(r.params, c.generator, r.prompt_token_ids, s.output_ids)
+                    for r, s, c, _, _ in (targets[i] for i in todo)]  # fmt: skip
+            picked = logits.rows([targets[i][3] for i in todo])
+            for i, result in zip(todo, sample(picked, rows, self.eos_token_ids)):
+                results[i] = result
+        return results
 
     def _targets(self, request: Request, items: list[tuple[Sequence, int]]):
         """(request, sequence, completion, logits row, fork) per token to sample. A fresh n > 1 request's
@@ -90,18 +108,11 @@ class OutputStage:
         return None, None
 
 
-def _beam_step(request: Request, items: list[tuple[Sequence, int]], logits: torch.Tensor):
+def _beam_step(request: Request, items: list[tuple[Sequence, int]], logits: StepLogits):
     """Every live beam computed its last token this step; the search picks the next beams."""
     search: BeamSearch = request.beam
     row_of = {seq.index: row for seq, row in items}
-    return search.step(_pick_rows(logits, [row_of[b.beam_id] for b in search.live]))
-
-
-def _pick_rows(logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
-    """logits[rows]; the rows' index crosses to the device only when it is not simply every row in order."""
-    if rows == list(range(logits.shape[0])):
-        return logits
-    return logits[to_device(torch.tensor(rows, dtype=torch.long), logits.device, "sampling rows")]
+    return search.step(logits.rows([row_of[b.beam_id] for b in search.live]))
 
 
 def _rows_by_request(step: SchedulerOutput) -> dict[Request, list[tuple[Sequence, int]]]:
