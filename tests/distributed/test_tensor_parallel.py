@@ -1,0 +1,62 @@
+"""Tensor parallelism on the CPU (gloo): sizes 2 and 3 give what size 1 gives, on tiny models."""
+
+import pytest
+import torch
+from tp_helpers import completions, make_llm, same_completions
+
+from pagedllm import SamplingParams
+from pagedllm.engine.model_runner import SeqInput
+from pagedllm.errors import InvalidInputError
+
+PROMPTS = ["Hello world", "PagedAttention stores the KV cache in blocks", "The quick brown fox", "0123"]
+GREEDY = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def single(tiny_llama_dir):
+    return make_llm(tiny_llama_dir, 1)
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_llama_dir):
+    llm = make_llm(tiny_llama_dir, 2)
+    yield llm
+    llm.engine.shutdown()
+
+
+def _logits(llm, seqs: list[SeqInput]) -> torch.Tensor:
+    return llm.engine.executor.execute([], seqs, [False] * sum(s.needs_logits for s in seqs)).full
+
+
+def test_size_2_logits_are_size_1s_within_1e_4(single, pair) -> None:
+    prefill = [SeqInput([5, 17, 99, 3, 250, 8], 0, [0, 1]), SeqInput([7, 7, 300], 0, [2])]
+    decode = [SeqInput([42], 6, [0, 1]), SeqInput([11], 3, [2])]
+    for step in (prefill, decode):  # the decode step reads what the prefill wrote into each rank's pool
+        a, b = _logits(single, step), _logits(pair, step)
+        assert a.shape == b.shape == (2, 384)
+        torch.testing.assert_close(b, a, atol=1e-4, rtol=0)
+
+
+def test_size_2_greedy_tokens_equal_size_1(single, pair) -> None:
+    long_prompts = [[(7 * i + j) % 380 + 3 for j in range(300)] for i in range(16)]  # a step of > 4096 words
+    for prompts in (PROMPTS, long_prompts):
+        assert same_completions(completions(pair, prompts, GREEDY), completions(single, prompts, GREEDY))
+
+
+def test_one_tensor_parallel_engine_per_process(tiny_llama_dir, pair) -> None:
+    with pytest.raises(InvalidInputError, match="already running in this process"):
+        make_llm(tiny_llama_dir, 2)
+
+
+def test_prefix_caching_parallel_sampling_and_beam_search_under_size_2(single, pair) -> None:
+    shared = "PagedAttention stores the KV cache in fixed-size blocks of one preallocated pool. " * 2
+    prompts = [shared + "Each sequence", shared + "Continuous batching"]
+    sampled = SamplingParams(n=4, temperature=0.8, top_p=0.9, seed=7, max_tokens=12, logprobs=2)
+    beams = SamplingParams(use_beam_search=True, beam_width=4, n=2, temperature=0.0, max_tokens=10)
+    for params in (GREEDY, sampled, beams):
+        for llm in (single, pair):
+            completions(llm, prompts[:1], params)  # warms the prefix cache
+        outs = [llm.generate(prompts, params, use_tqdm=False) for llm in (single, pair)]
+        assert all(o.metrics.num_cached_prompt_tokens > 0 for out in outs for o in out)
+        got = [[[(c.token_ids, c.cumulative_logprob) for c in o.outputs] for o in out] for out in outs]
+        assert same_completions(got[1], got[0])
