@@ -24,6 +24,7 @@ from pagedllm.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
 STATS_INTERVAL = 0.05  # seconds
+FAILURE_POLL = 1.0  # seconds between checks, while idle, that the engine can still run (its workers live)
 
 
 class EngineProtocol(Protocol):
@@ -41,6 +42,11 @@ class EngineProtocol(Protocol):
     def step(self) -> list[RequestOutput]: ...
     def has_unfinished_requests(self) -> bool: ...
     def stats(self) -> EngineStats: ...
+
+
+def engine_failure(engine: EngineProtocol) -> BaseException | None:
+    """Why the engine can never step again (a tensor-parallel worker died or hung), else None."""
+    return getattr(engine, "failure", None)
 
 
 class RequestAborted(Exception):
@@ -86,9 +92,12 @@ class _Command:
 
 class AsyncEngine:
     def __init__(self, engine: EngineProtocol, observer: FinishObserver | None = None,
-                 max_waiting_requests: int | None = None, on_idle: Callable[[], Any] | None = None) -> None:
+                 max_waiting_requests: int | None = None, on_idle: Callable[[], Any] | None = None,
+                 on_fatal: Callable[[BaseException], Any] | None = None) -> None:
         self._engine = engine
         self._on_idle = on_idle  # run on the engine thread each time the last request ends
+        self._on_fatal = on_fatal  # run on the event loop once the engine can no longer step
+        self.fatal: BaseException | None = None
         self._observer = observer
         self.max_waiting_requests = max_waiting_requests
         self.config = engine.config
@@ -193,8 +202,15 @@ class AsyncEngine:
 
     def _submit(self, command: _Command) -> None:
         with self._cond:
-            self._commands.append(command)
-            self._cond.notify()
+            if self.fatal is None:
+                self._commands.append(command)
+                self._cond.notify()
+                return
+        self._reject(command)
+
+    def _reject(self, command: _Command) -> None:
+        if command.future is not None:
+            self._to_loop(_resolve, command.future, None, RequestAborted(f"the engine failed: {self.fatal}"))
 
     # ---- engine-thread side ------------------------------------------------------------
 
@@ -208,15 +224,36 @@ class AsyncEngine:
                 return
             if self._busy:
                 self._step()
+            if self._failed():
+                return
             self._after_iteration(force_stats=bool(commands))
 
     def _wait_for_work(self) -> list[_Command]:
         with self._cond:
             while not self._commands and not self._busy:
-                self._cond.wait()
+                self._cond.wait(FAILURE_POLL)
+                if engine_failure(self._engine) is not None:
+                    break
             commands = list(self._commands)
             self._commands.clear()
         return commands
+
+    def _failed(self) -> bool:
+        """If the engine can never step again: fail every request with the reason, stop, tell the server."""
+        failure = engine_failure(self._engine)
+        if failure is None:
+            return False
+        logger.error("the engine cannot run any more: %s", failure)
+        with self._cond:  # from here on _submit answers every command itself
+            self.fatal, self._stopping = failure, True
+            commands = list(self._commands)
+            self._commands.clear()
+        self._abort_all(RequestAborted(f"the engine failed: {failure}"))
+        for command in commands:
+            self._reject(command)
+        if self._on_fatal is not None:
+            self._to_loop(self._on_fatal, failure)
+        return True
 
     def _execute(self, command: _Command) -> None:
         try:
@@ -237,9 +274,11 @@ class AsyncEngine:
     def _step(self) -> None:
         try:
             outputs = self._engine.step()
-        except Exception:
+        except Exception as exc:
+            if engine_failure(self._engine) is not None:
+                return  # _failed() answers every request with the reason
             logger.exception("engine step failed; aborting all requests")
-            self._abort_all(RequestAborted("the engine failed while running this request"))
+            self._abort_all(RequestAborted(f"the engine failed while running this request: {exc}"))
             return
         for output in outputs:
             self._deliver(output)

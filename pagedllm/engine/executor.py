@@ -14,6 +14,7 @@ from pagedllm.engine.swap import SwapSpace, SwapStore
 class Executor(Protocol):
     runner: ModelRunner  # this process's runner (rank 0's under tensor parallelism)
     swap_space: SwapStore
+    failure: BaseException | None  # set once the executor can never run another step
 
     def execute(self, copies: list[tuple[int, int]], seqs: list[SeqInput], greedy_rows: list[bool]) -> StepLogits:
         """Copy-on-write copies first, then the model over the step's tokens. `greedy_rows` marks the
@@ -27,6 +28,7 @@ class LocalExecutor:
     def __init__(self, runner: ModelRunner) -> None:
         self.runner = runner
         self.swap_space = SwapSpace(runner.kv_caches)
+        self.failure = None
 
     def execute(self, copies: list[tuple[int, int]], seqs: list[SeqInput], greedy_rows: list[bool]) -> StepLogits:
         self.runner.copy_blocks(copies)

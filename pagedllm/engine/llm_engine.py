@@ -129,6 +129,11 @@ class LLMEngine:
         greedy_rows = self.output_stage.greedy_rows(step) if self.config.tensor_parallel_size > 1 else []
         return self.executor.execute(step.copies, inputs, greedy_rows)
 
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the engine can never step again (a tensor-parallel rank died or hung), else None."""
+        return self.executor.failure
+
     def shutdown(self) -> None:
         """Stop the tensor-parallel workers, if any (also done at exit); the engine cannot step afterwards."""
         self.executor.shutdown()

@@ -27,6 +27,10 @@ class _Server(uvicorn.Server):
         super().__init__(config)
         self.engine, self.grace = engine, grace
 
+    def request_exit(self) -> None:
+        """The engine can never run again (see AsyncEngine.fatal): shut down like on SIGTERM."""
+        self.should_exit = True
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         for server in self.servers:
             server.close()  # stop accepting before waiting
@@ -43,12 +47,13 @@ def build_server(engine: EngineProtocol, host: str = "127.0.0.1", port: int = 80
     """A uvicorn server for `engine`; in-flight requests get `shutdown_timeout` s to finish on exit."""
     metrics = ServerMetrics(engine.model_name)
     async_engine = AsyncEngine(engine, observer=metrics, max_waiting_requests=max_waiting_requests,
-                               on_idle=freed_memory_releaser())
+                               on_idle=freed_memory_releaser(), on_fatal=lambda _: server.request_exit())
     app = create_app(async_engine, metrics, api_key=api_key, max_request_bytes=max_request_bytes)
     # uvicorn's own timeout is the fallback, should a handler not end after the abort.
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
                             timeout_graceful_shutdown=5.0, access_log=False)
-    return _Server(config, async_engine, grace=shutdown_timeout)
+    server = _Server(config, async_engine, grace=shutdown_timeout)
+    return server
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -61,8 +61,14 @@ def run(args: argparse.Namespace) -> int:
                           max_request_bytes=args.max_request_bytes)
     _log_startup(engine, args.host, sock.getsockname()[1])
     warn_if_exposed(args.host, sock.getsockname()[1], args.api_key)
-    with _quiet_exit_signals():
-        server.run(sockets=[sock])
+    try:
+        with _quiet_exit_signals():
+            server.run(sockets=[sock])
+    finally:
+        getattr(engine, "shutdown", lambda: None)()  # the tensor-parallel workers, if any
+    if server.engine.fatal is not None:
+        logger.error("server stopped: the engine failed: %s", server.engine.fatal)
+        return 1
     logger.info("server stopped")
     return 0
 
