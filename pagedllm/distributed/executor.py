@@ -51,6 +51,11 @@ class TensorParallelExecutor:
 
     @property
     def failure(self) -> WorkerFailedError | None:
+        """Why no step can run any more; a local worker that has exited counts even before a step notices."""
+        if self._failure is None and self.workers is not None and not self._closed and self.workers.dead():
+            with self._lock:
+                if self._failure is None:
+                    self._fail(RuntimeError("a worker exited"))
         return self._failure
 
     def execute(self, copies: list[tuple[int, int]], seqs: list[SeqInput], greedy_rows: list[bool]) -> StepLogits:
@@ -96,12 +101,12 @@ class TensorParallelExecutor:
             raise self._fail(RuntimeError(", ".join(dead)))
 
     def _fail(self, cause: Exception) -> WorkerFailedError:
-        dead = self.workers.dead() if self.workers is not None else []
+        dead = self.workers.dead(wait=1.0) if self.workers is not None else []
         what = "; ".join(dead) if dead else str(cause).splitlines()[0]
         self._failure = WorkerFailedError(f"a tensor-parallel rank failed, the engine cannot go on: {what}")
         logger.error("%s", self._failure)
         if self.workers is not None:
-            self.workers.stop()
+            self.workers.kill()
         return self._failure
 
     def _beat(self, interval: float) -> None:

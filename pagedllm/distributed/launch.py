@@ -3,6 +3,7 @@ starts every rank (env:// rendezvous) and rank 0 schedules while the others run 
 
 import multiprocessing
 import os
+import time
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -36,13 +37,25 @@ class LocalWorkers:
     def pids(self) -> list[int]:
         return [p.pid for p in self.processes]
 
-    def dead(self) -> list[str]:
-        """One line per worker that has exited."""
+    def dead(self, wait: float = 0.0) -> list[str]:
+        """One line per worker that has exited; `wait` s at most for a first one (a collective can report
+        a peer's death before its exit status is in)."""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and all(p.exitcode is None for p in self.processes):
+            time.sleep(0.02)
         return [
             f"rank {rank} (pid {p.pid}) exited with code {p.exitcode}"
             for rank, p in enumerate(self.processes, start=1)
             if p.exitcode is not None
         ]
+
+    def kill(self) -> None:
+        """After a failure: no rank can be trusted to answer a STOP, and a stopped one ignores SIGTERM."""
+        for process in self.processes:
+            if process.is_alive():
+                process.kill()
+        for process in self.processes:
+            process.join(2.0)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Wait for the workers to leave (after a STOP message), then terminate, then kill what is left."""

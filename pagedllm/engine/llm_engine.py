@@ -109,6 +109,8 @@ class LLMEngine:
 
     def step(self) -> list[RequestOutput]:
         """One iteration; per request that progressed, its output so far and what this step added."""
+        if self.failure is not None:
+            raise self.failure
         step = self.scheduler.schedule()
         if not step.scheduled:
             return []

@@ -73,11 +73,16 @@ class LLM:
     def _run(self, ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
         done: dict[str, RequestOutput] = {}
         with tqdm(total=len(ids), desc="generate", unit="req", disable=not use_tqdm) as bar:
-            while self.engine.has_unfinished_requests():
-                for output in self.engine.step():
-                    if output.finished:
-                        done[output.request_id] = output
-                        bar.update(1)
+            try:
+                while self.engine.has_unfinished_requests():
+                    for output in self.engine.step():
+                        if output.finished:
+                            done[output.request_id] = output
+                            bar.update(1)
+            except BaseException:  # a failed step (or Ctrl-C): free what this call queued before raising
+                for request_id in ids:
+                    self.engine.abort_request(request_id)
+                raise
         return [done[i] for i in ids]
 
 

@@ -1,0 +1,73 @@
+"""Tensor-parallel faults: a killed or hung worker fails the requests with a clear error in bounded time,
+idle workers stay alive, and nothing is left running afterwards (checked by PID)."""
+
+import os
+import signal
+import time
+
+import pytest
+from tp_helpers import alive, children, completions, make_llm
+
+from pagedllm import SamplingParams
+from pagedllm.errors import WorkerFailedError
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
+
+
+def _workers(llm) -> list[int]:
+    pids = llm.engine.executor.workers.pids
+    assert sorted(pids) == sorted(set(children(os.getpid())) & set(pids))
+    return pids
+
+
+def _assert_gone(pids: list[int], within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(p) for p in pids), f"orphan workers: {[p for p in pids if alive(p)]}"
+
+
+def test_a_killed_worker_fails_the_next_request_at_once(tiny_llama_dir) -> None:
+    llm = make_llm(tiny_llama_dir, 2)
+    try:
+        (worker,) = _workers(llm)
+        completions(llm, ["Hello"], GREEDY)
+        os.kill(worker, signal.SIGKILL)
+        start = time.monotonic()
+        with pytest.raises(WorkerFailedError, match=rf"rank 1 \(pid {worker}\) exited with code -9"):
+            completions(llm, ["Hello again"], GREEDY)
+        assert time.monotonic() - start < 10
+        with pytest.raises(WorkerFailedError):  # and every later step, without waiting again
+            completions(llm, ["Hello"], GREEDY)
+    finally:
+        llm.engine.shutdown()
+    _assert_gone([worker])
+
+
+def test_a_hung_worker_fails_the_request_within_the_timeout(tiny_llama_dir, monkeypatch) -> None:
+    monkeypatch.setenv("PAGEDLLM_TP_TIMEOUT", "3")
+    llm = make_llm(tiny_llama_dir, 2)
+    try:
+        (worker,) = _workers(llm)
+        os.kill(worker, signal.SIGSTOP)
+        start = time.monotonic()
+        with pytest.raises(WorkerFailedError, match="a tensor-parallel rank failed"):
+            completions(llm, ["Hello"], GREEDY)
+        assert time.monotonic() - start < 15
+    finally:
+        llm.engine.shutdown()  # a stopped worker is killed
+    _assert_gone([worker])
+
+
+def test_idle_workers_outlive_the_timeout_on_heartbeats(tiny_llama_dir, monkeypatch) -> None:
+    monkeypatch.setenv("PAGEDLLM_TP_TIMEOUT", "1.5")
+    llm = make_llm(tiny_llama_dir, 2)
+    try:
+        workers = _workers(llm)
+        first = completions(llm, ["Hello"], GREEDY)
+        time.sleep(4.5)  # three timeouts with no step
+        assert completions(llm, ["Hello"], GREEDY) == first
+        assert all(alive(p) for p in workers)
+    finally:
+        llm.engine.shutdown()
+    _assert_gone(workers)
