@@ -79,6 +79,7 @@ class TensorParallelExecutor:
             if self._failure is None:
                 try:
                     self._send(StepMessage(Kind.STOP))
+                    self.group.barrier()  # every rank has read it: no rank tears down a link still in use
                 except RuntimeError:
                     pass
         if self.workers is not None:

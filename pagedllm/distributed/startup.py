@@ -51,7 +51,8 @@ def start_rank0(
         if workers is not None:
             workers.stop(timeout=0)
         raise
-    logger.info("tensor parallel: %d ranks (%s), step timeout %.0f s", size, BACKEND, step_timeout_s())
+    pids = "" if workers is None else f", worker pids {' '.join(map(str, workers.pids))}"
+    logger.info("tensor parallel: %d ranks (%s), step timeout %.0f s%s", size, BACKEND, step_timeout_s(), pids)
     executor = TensorParallelExecutor(runner, group, layout, vocab_size, workers, heartbeat_s=step_timeout_s() / 2)
     return executor, full_config
 

@@ -64,6 +64,7 @@ def serve_steps(group: RankGroup, runner: ModelRunner, layout: ParallelLayout, v
     while True:
         message = decode(group.receive_words())
         if message.kind == Kind.STOP:
+            group.barrier()  # rank 0's side of the goodbye (see TensorParallelExecutor.shutdown)
             return
         if message.kind == Kind.HEARTBEAT:
             continue
