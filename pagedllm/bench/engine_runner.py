@@ -82,6 +82,7 @@ def config_summary(config: EngineConfig) -> dict:
         "allocator": getattr(config, "allocator", "paged"),
         "preemption_mode": config.preemption_mode,
         "attention_impl": config.attention_impl,
+        "tensor_parallel_size": getattr(config, "tensor_parallel_size", 1),
     }
 
 

@@ -37,24 +37,38 @@ def step_timeout_s() -> float:
 class RankGroup:
     rank: int
     size: int
-    group: dist.ProcessGroup  # the step group: every collective after startup, with the step timeout
+    control: dist.ProcessGroup  # gloo over host memory: the step message and barriers
+    data: dist.ProcessGroup  # the device's backend: the all-reduces and the logits (= control on the CPU)
+    device: torch.device
 
     @classmethod
-    def join(cls, backend: str, rank: int, size: int, store: dist.Store | None = None) -> "RankGroup":
-        """Join the default group (from `store`, else env://, as under torchrun), then make the step group."""
+    def join(cls, rank: int, size: int, store: dist.Store | None = None) -> "RankGroup":
+        """Join the default group (from `store`, else env:// as under torchrun) and make the control group;
+        the data group follows once the device is known (use_device)."""
         startup = datetime.timedelta(seconds=STARTUP_TIMEOUT_S)
         if store is None:
-            dist.init_process_group(backend, init_method="env://", rank=rank, world_size=size, timeout=startup)
+            dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=size, timeout=startup)
         else:
-            dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=startup)
-        steps = dist.new_group(list(range(size)), timeout=datetime.timedelta(seconds=step_timeout_s()))
-        return cls(rank, size, steps)
+            dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=startup)
+        control = _new_group(size, "gloo")
+        return cls(rank, size, control, control, torch.device("cpu"))
+
+    def use_device(self, device_type: str, local_rank: int) -> None:
+        """Every rank calls this with the same device type: CUDA ranks get an NCCL data group."""
+        if device_type == "cuda":
+            torch.cuda.set_device(local_rank)
+            self.device = torch.device("cuda", local_rank)
+            self.data = _new_group(self.size, "nccl")
+
+    @property
+    def backend(self) -> str:
+        return "nccl" if self.device.type == "cuda" else "gloo"
 
     def barrier(self) -> None:
-        dist.barrier(group=self.group)
+        dist.barrier(group=self.control)
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
-        dist.all_reduce(x, group=self.group)
+        dist.all_reduce(x, group=self.data)
         return x
 
     # -- the step message --------------------------------------------------------------------
@@ -64,18 +78,18 @@ class RankGroup:
         first = words[: MESSAGE_HEAD_WORDS - 1]
         head[0] = len(words)
         head[1 : 1 + len(first)] = torch.tensor(first, dtype=torch.int64)
-        dist.broadcast(head, src=0, group=self.group)
+        dist.broadcast(head, src=0, group=self.control)
         if len(words) > len(first):
-            dist.broadcast(torch.tensor(words[len(first) :], dtype=torch.int64), src=0, group=self.group)
+            dist.broadcast(torch.tensor(words[len(first) :], dtype=torch.int64), src=0, group=self.control)
 
     def receive_words(self) -> list[int]:
         head = torch.empty(MESSAGE_HEAD_WORDS, dtype=torch.int64)
-        dist.broadcast(head, src=0, group=self.group)
+        dist.broadcast(head, src=0, group=self.control)
         total = int(head[0])
         words = head[1 : 1 + min(total, MESSAGE_HEAD_WORDS - 1)].tolist()
         if total > len(words):
             rest = torch.empty(total - len(words), dtype=torch.int64)
-            dist.broadcast(rest, src=0, group=self.group)
+            dist.broadcast(rest, src=0, group=self.control)
             words += rest.tolist()
         return words
 
@@ -104,8 +118,12 @@ class RankGroup:
 
     def _gather(self, x: torch.Tensor) -> list[torch.Tensor] | None:
         parts = [torch.empty_like(x) for _ in range(self.size)] if self.rank == 0 else None
-        dist.gather(x, parts, dst=0, group=self.group)
+        dist.gather(x, parts, dst=0, group=self.data)
         return parts
+
+
+def _new_group(size: int, backend: str) -> dist.ProcessGroup:
+    return dist.new_group(list(range(size)), timeout=datetime.timedelta(seconds=step_timeout_s()), backend=backend)
 
 
 def _summarise(logits: torch.Tensor, vocab_start: int) -> torch.Tensor:
@@ -121,7 +139,7 @@ def _combine(summaries: list[torch.Tensor]) -> list[SampleResult]:
     whole row picks the lowest id), and its raw logprob against the logsumexp of every rank's slice."""
     stacked = torch.stack(summaries)  # [ranks, rows, 3]
     best_rank = stacked[:, :, 0].argmax(dim=0)  # first maximum on ties
-    rows = torch.arange(stacked.shape[1])
+    rows = torch.arange(stacked.shape[1], device=stacked.device)
     chosen = stacked[best_rank, rows]  # [rows, 3]
     log_z = stacked[:, :, 2].logsumexp(dim=0)
     tokens, logprobs = chosen[:, 1].long().tolist(), (chosen[:, 0] - log_z).tolist()

@@ -25,8 +25,10 @@ def read_model_config(path: str | Path) -> ModelConfig:
     return config_from_gguf_metadata(read_metadata(open_gguf(path)))
 
 
-def load_shard(path: str | Path, dtype: torch.dtype, shard: Shard) -> tuple[LlamaForCausalLM, ModelConfig]:
-    """This rank's model (local shapes, weights cast to `dtype`) and the full model's config."""
+def load_shard(
+    path: str | Path, dtype: torch.dtype, shard: Shard, device: torch.device | str = "cpu"
+) -> tuple[LlamaForCausalLM, ModelConfig]:
+    """This rank's model (local shapes, weights cast to `dtype` on `device`) and the full model's config."""
     path = _existing(path)
     if path.is_dir():
         from pagedllm.model.hf_loader import read_config_json
@@ -40,7 +42,7 @@ def load_shard(path: str | Path, dtype: torch.dtype, shard: Shard) -> tuple[Llam
         config, whole = read_gguf(path)
         check_shardable(config, shard.size)
         tensors = {name: take_slice(t, slice_spec(name, config, shard)) for name, t in whole.items()}
-    model = build_model(local_config(config, shard.size), tensors, dtype, source=path)
+    model = build_model(local_config(config, shard.size), tensors, dtype, source=path, device=device)
     return model, config
 
 

@@ -16,7 +16,6 @@ from pagedllm.errors import InvalidInputError
 from pagedllm.model.config import ModelConfig
 
 logger = logging.getLogger("pagedllm")
-BACKEND = "gloo"  # the CPU backend
 
 
 def is_torchrun_worker() -> bool:
@@ -26,11 +25,11 @@ def is_torchrun_worker() -> bool:
 def run_torchrun_worker() -> int:
     """A rank > 0 under torchrun: join, serve rank 0's steps, and return the exit status."""
     rank, size = torchrun_rank_and_size()
-    return run_worker(RankGroup.join(BACKEND, rank, size))
+    return run_worker(RankGroup.join(rank, size))
 
 
 def start_rank0(
-    model_path: str, dtype: torch.dtype, size: int, block_size: int, attention_impl: str,
+    model_path: str, dtype: torch.dtype, device_type: str, size: int, block_size: int, attention_impl: str,
     num_blocks_for: Callable[[ModelConfig], int],
 ) -> tuple[TensorParallelExecutor, ModelConfig]:
     """Check the split, start or join the other ranks, load rank 0's shard; the executor and the full config.
@@ -43,7 +42,9 @@ def start_rank0(
     group, workers = _join(size, attention_impl)
     try:
         threads = None if workers is None else max(1, torch.get_num_threads() // size)
-        spec = WorkerSpec(model_path, str(dtype).removeprefix("torch."), num_blocks, block_size, attention_impl, threads)
+        spec = WorkerSpec(
+            model_path, str(dtype).removeprefix("torch."), num_blocks, block_size, attention_impl, threads, device_type
+        )
         share_spec(0, spec)
         runner, layout, vocab_size = build_rank(group, spec)
         dist.barrier()  # every rank's shard is loaded
@@ -52,7 +53,7 @@ def start_rank0(
             workers.stop(timeout=0)
         raise
     pids = "" if workers is None else f", worker pids {' '.join(map(str, workers.pids))}"
-    logger.info("tensor parallel: %d ranks (%s), step timeout %.0f s%s", size, BACKEND, step_timeout_s(), pids)
+    logger.info("tensor parallel: %d ranks (%s), step timeout %.0f s%s", size, group.backend, step_timeout_s(), pids)
     executor = TensorParallelExecutor(runner, group, layout, vocab_size, workers, heartbeat_s=step_timeout_s() / 2)
     return executor, full_config
 
@@ -62,13 +63,13 @@ def _join(size: int, attention_impl: str) -> tuple[RankGroup, LocalWorkers | Non
         rank, world = torchrun_rank_and_size()
         if world != size:
             raise InvalidInputError(f"tensor_parallel_size is {size} but torchrun started {world} processes")
-        return RankGroup.join(BACKEND, rank, size), None
+        return RankGroup.join(rank, size), None
     _build_kernels_once(attention_impl)
     store = dist.TCPStore("127.0.0.1", 0, size, is_master=True, wait_for_workers=False)
     workers = LocalWorkers(size, store.port)
     workers.store = store  # rank 0's store serves the rendezvous for as long as the group lives
     try:
-        return RankGroup.join(BACKEND, 0, size, store), workers
+        return RankGroup.join(0, size, store), workers
     except BaseException:
         workers.stop(timeout=0)
         raise

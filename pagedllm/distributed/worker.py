@@ -35,6 +35,7 @@ class WorkerSpec:
     block_size: int
     attention_impl: str
     threads: int | None  # intra-op threads per rank; None leaves the launcher's setting
+    device_type: str  # "cpu" (gloo) or "cuda" (NCCL; rank r on its host's GPU number local_rank)
 
 
 def share_spec(group_rank: int, spec: WorkerSpec | None) -> WorkerSpec:
@@ -48,13 +49,21 @@ def build_rank(group: RankGroup, spec: WorkerSpec) -> tuple[ModelRunner, Paralle
     """This rank's shard of the model, its runner over its own KV pool, its layout and the full vocab size."""
     if spec.threads is not None:
         torch.set_num_threads(spec.threads)
+    group.use_device(spec.device_type, local_rank(group.rank))
     dtype = getattr(torch, spec.dtype)
     shard = Shard(group.rank, group.size)
-    model, config = load_shard(spec.model, dtype, shard)
+    model, config = load_shard(spec.model, dtype, shard, group.device)
     layout = ParallelLayout(group.all_reduce, *vocab_range(config, shard))
     model.set_parallel(layout)
-    runner = ModelRunner(model, model.config, spec.num_blocks, spec.block_size, dtype, spec.attention_impl)
+    runner = ModelRunner(
+        model, model.config, spec.num_blocks, spec.block_size, dtype, spec.attention_impl, group.device
+    )
     return runner, layout, config.vocab_size
+
+
+def local_rank(rank: int) -> int:
+    """The rank's number on its host: torchrun's LOCAL_RANK, else (ranks spawned by rank 0) the rank."""
+    return int(os.environ.get("LOCAL_RANK", rank))
 
 
 def serve_steps(group: RankGroup, runner: ModelRunner, layout: ParallelLayout, vocab_size: int) -> None:
@@ -94,7 +103,7 @@ def run_local_worker(rank: int, size: int, store_port: int, parent_pid: int) -> 
     _exit_with_parent(parent_pid)
     logging.basicConfig(level=logging.WARNING, format=f"rank {rank}: %(levelname)s %(message)s")
     store = dist.TCPStore("127.0.0.1", store_port, size, is_master=False)
-    group = RankGroup.join("gloo", rank, size, store)
+    group = RankGroup.join(rank, size, store)
     sys.exit(run_worker(group))
 
 

@@ -247,16 +247,20 @@ class LLMEngine:
         from pagedllm.engine.model_runner import num_blocks_for_memory
 
         config = self.config
-        if self.device.type != "cpu":
-            raise InvalidInputError("tensor_parallel_size > 1 runs on the CPU (gloo) only so far; use device='cpu'")
+        if self.device.type == "cuda" and self.device.index not in (None, 0):
+            raise InvalidInputError("with tensor_parallel_size > 1 each rank uses the GPU of its local rank; "
+                                    "choose GPUs with CUDA_VISIBLE_DEVICES and pass device='cuda'")
 
         def blocks_per_rank(local_config) -> int:
             budget = config.kv_cache_memory
             return config.num_blocks or num_blocks_for_memory(local_config, config.block_size, self.dtype, budget)
 
-        return start_rank0(
-            path, self.dtype, config.tensor_parallel_size, config.block_size, config.attention_impl, blocks_per_rank
+        executor, model_config = start_rank0(
+            path, self.dtype, self.device.type, config.tensor_parallel_size, config.block_size,
+            config.attention_impl, blocks_per_rank,
         )
+        self.device = executor.runner.device  # rank 0's GPU is its local rank's
+        return executor, model_config
 
     def _log_capacity(self) -> None:
         from pagedllm.attention import kv_cache_bytes_per_block
