@@ -46,10 +46,6 @@ class TensorParallelExecutor:
         atexit.register(self.shutdown)
 
     @property
-    def attention_impl(self) -> str:
-        return self.runner.attention_impl
-
-    @property
     def failure(self) -> WorkerFailedError | None:
         """Why no step can run any more; a local worker that has exited counts even before a step notices."""
         if self._failure is None and self.workers is not None and not self._closed and self.workers.dead():
@@ -59,8 +55,11 @@ class TensorParallelExecutor:
         return self._failure
 
     def execute(self, copies: list[tuple[int, int]], seqs: list[SeqInput], greedy_rows: list[bool]) -> StepLogits:
+        if self.failure is not None:
+            raise self.failure
         with self._lock:
-            self._check_usable()
+            if self._closed:
+                raise WorkerFailedError("the tensor-parallel engine was shut down")
             message = StepMessage(Kind.STEP, copies, self.swap_space.take_pending(), seqs, greedy_rows)
             try:
                 self._send(message)
@@ -91,15 +90,6 @@ class TensorParallelExecutor:
     def _send(self, message: StepMessage) -> None:
         self.group.send_words(encode(message))
         self._last_send = time.monotonic()
-
-    def _check_usable(self) -> None:
-        if self._failure is not None:
-            raise self._failure
-        if self._closed:
-            raise WorkerFailedError("the tensor-parallel engine was shut down")
-        dead = self.workers.dead() if self.workers is not None else []
-        if dead:
-            raise self._fail(RuntimeError(", ".join(dead)))
 
     def _fail(self, cause: Exception) -> WorkerFailedError:
         dead = self.workers.dead(wait=1.0) if self.workers is not None else []
