@@ -93,13 +93,13 @@ s(b(S('$workload', $NUM_REQUESTS, $SEED, max_model_len=$MAX_MODEL_LEN)), '$DIR/w
     $BIN/python -c "import json, os, time; json.dump({'loadavg_before': os.getloadavg(), \
 'started': time.strftime('%Y-%m-%dT%H:%M:%S'), 'tcmalloc': '$TCMALLOC', 'iomp': '$IOMP'}, open('$DIR/conditions.json', 'w'))"
     baseline=(); [ "$HF_BASELINE" = 1 ] && baseline=(--baseline hf)
-    run pagedllm-offline $BIN/pagedllm bench throughput --workload "$DIR/workload.jsonl" --dtype "$dtype" \
-      --seed "$SEED" "${baseline[@]}" --no-progress --json "$DIR/pagedllm-offline.json"
-    run vllm-offline "${VLLM_ENV[@]}" "$PEERS/bin/python" pagedllm/bench/peers/vllm_offline.py --model "$MODEL_DIR" \
-      --workload "$DIR/workload.jsonl" --dtype "$dtype" --seed "$SEED" --max-model-len "$MAX_MODEL_LEN" \
-      --json "$DIR/vllm-offline.json"
-    # served runs send n > 1 requests unseeded, both engines alike: vLLM 0.32's CPU sampler crashes its engine
+    # n > 1 requests go unseeded, to both engines alike: vLLM 0.32's CPU sampler crashes its engine
     # ("CPU Generator does not use offset") when a seeded request's prefill is chunked
+    run pagedllm-offline $BIN/pagedllm bench throughput --workload "$DIR/workload.jsonl" --dtype "$dtype" \
+      --seed "$SEED" --no-sample-seeds "${baseline[@]}" --no-progress --json "$DIR/pagedllm-offline.json"
+    run vllm-offline "${VLLM_ENV[@]}" "$PEERS/bin/python" pagedllm/bench/peers/vllm_offline.py --model "$MODEL_DIR" \
+      --workload "$DIR/workload.jsonl" --dtype "$dtype" --seed "$SEED" --no-sample-seeds \
+      --max-model-len "$MAX_MODEL_LEN" --json "$DIR/vllm-offline.json"
     [ "$SERVED" = 1 ] || continue
     run pagedllm-serve $BIN/pagedllm bench serve --workload "$DIR/workload.jsonl" --dtype "$dtype" \
       --seed "$SEED" --no-sample-seeds --timeout "$RUN_TIMEOUT" --json "$DIR/pagedllm-serve.json"

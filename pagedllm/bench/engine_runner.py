@@ -57,7 +57,7 @@ class RunResult:
         return (self.prompt_tokens + self.output_tokens) / self.elapsed_s
 
 
-def sampling_params(request: BenchRequest, seed: int):
+def sampling_params(request: BenchRequest, seed: int | None):
     """Greedy for single completions; temperature 1 for n > 1; beam search for beam; never stops early."""
     from pagedllm.sampling_params import SamplingParams
 
@@ -103,12 +103,14 @@ def warm_up(engine) -> None:
         engine.step()
 
 
-def run_engine(engine, workload: Workload, label: str, progress: bool = True) -> RunResult:
-    """Submit every request at once, step to the end, poll the KV pool after each step."""
+def run_engine(engine, workload: Workload, label: str, progress: bool = True, seeded: bool = True) -> RunResult:
+    """Submit every request at once, step to the end, poll the KV pool after each step. `seeded`: each
+    sampled request has its own seed (workload seed + its index)."""
     before = engine.stats()
     start, cpu_start = time.perf_counter(), time.process_time()
     for i, request in enumerate(workload.requests):
-        engine.add_request(f"bench-{i}", request.prompt, sampling_params(request, workload.seed + i))
+        seed = workload.seed + i if seeded else None
+        engine.add_request(f"bench-{i}", request.prompt, sampling_params(request, seed))
     samples, finished = _step_to_end(engine, len(workload.requests), start, progress, label)
     elapsed = time.perf_counter() - start
     result = _result(engine, workload, label, elapsed, before, samples, finished)

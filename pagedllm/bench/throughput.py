@@ -17,6 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     w.add_argument("--num-requests", type=int, default=None, help="requests (default: 64 mixed/sharegpt-like, "
                    "32 shared-prefix, 8 parallel-sampling/beam)")  # fmt: skip
     w.add_argument("--prefix-len", type=int, default=384, help="shared prefix length (shared-prefix workload)")
+    w.add_argument("--no-sample-seeds", dest="seed_samples", action="store_false",
+                   help="sample n > 1 requests without a per-request seed (as vLLM's side must: vLLM 0.32 CPU "
+                        "fails on seeded requests whose prefill is chunked)")
     c = parser.add_argument_group("comparisons")
     c.add_argument("--baseline", choices=["none", "hf"], default="none", help="also run transformers generate")
     c.add_argument("--hf-batch-size", type=int, default=16, help="prompts per static transformers batch")
@@ -69,7 +72,7 @@ def run_throughput(args: argparse.Namespace) -> dict:
     config = engine_config(args)
     engine = load_engine(config)
     workload = workload_for(engine, args)
-    main = run_engine(engine, workload, _label(config), progress)
+    main = run_engine(engine, workload, _label(config), progress, args.seed_samples)
     runs, ratios, concurrency = [main], {}, {}
     if args.baseline == "hf":
         runs.append(_hf_run(engine, workload, args, progress))
@@ -79,7 +82,7 @@ def run_throughput(args: argparse.Namespace) -> dict:
     for name, changes in _variants(args, config):
         gc.collect()
         variant = engine_config(args, **changes)
-        runs.append(run_engine(load_engine(variant), workload, _label(variant), progress))
+        runs.append(run_engine(load_engine(variant), workload, _label(variant), progress, args.seed_samples))
         ratios[name] = ratio(main, runs[-1])
         concurrency[name] = concurrency_ratio(main, runs[-1])
     report = build_report("throughput", model_name, config, workload, runs, ratios)
