@@ -83,7 +83,7 @@ class TensorParallelExecutor:
                     pass
         if self.workers is not None:
             self.workers.stop()
-        _leave_group()
+        leave_group()
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -155,7 +155,7 @@ def apply_swap(swap: SwapSpace, call: SwapCall) -> None:
         swap.drop(call.seq_id)
 
 
-def _leave_group() -> None:
+def leave_group() -> None:
     import torch.distributed as dist
 
     if dist.is_initialized():

@@ -10,6 +10,7 @@ import torch.distributed as dist
 
 from pagedllm.engine.sampler import SampleResult
 from pagedllm.engine.step_logits import StepLogits
+from pagedllm.errors import InvalidInputError
 from pagedllm.model.parallel import ParallelLayout
 
 # Words of the first broadcast of a step; a longer message sends its rest in a second broadcast.
@@ -29,7 +30,7 @@ def step_timeout_s() -> float:
     except ValueError:
         value = -1.0
     if value <= 0:
-        raise ValueError(f"${TIMEOUT_ENV} must be a positive number of seconds, got {text!r}")
+        raise InvalidInputError(f"${TIMEOUT_ENV} must be a positive number of seconds, got {text!r}")
     return value
 
 

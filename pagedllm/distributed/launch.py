@@ -5,6 +5,8 @@ import multiprocessing
 import os
 import time
 
+import torch.distributed as dist
+
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -19,13 +21,15 @@ def torchrun_rank_and_size() -> tuple[int, int]:
 class LocalWorkers:
     """Ranks 1..size-1 as child processes of rank 0 (spawned: fresh interpreters, nothing forked)."""
 
-    def __init__(self, size: int, store_port: int) -> None:
+    def __init__(self, size: int, store: "dist.TCPStore") -> None:
         from pagedllm.distributed.worker import run_local_worker
+
+        self.store = store  # rank 0's side of the rendezvous: it lives as long as the workers
 
         context = multiprocessing.get_context("spawn")
         self.processes = [
             context.Process(
-                target=run_local_worker, args=(rank, size, store_port, os.getpid()), name=f"pagedllm-tp-rank{rank}",
+                target=run_local_worker, args=(rank, size, store.port, os.getpid()), name=f"pagedllm-tp-rank{rank}",
                 daemon=True,  # terminated by multiprocessing at rank 0's exit, should nothing else stop them
             )
             for rank in range(1, size)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from pagedllm.distributed.executor import TensorParallelExecutor
+from pagedllm.distributed.executor import TensorParallelExecutor, leave_group
 from pagedllm.distributed.group import RankGroup, step_timeout_s
 from pagedllm.distributed.launch import LocalWorkers, launched_by_torchrun, torchrun_rank_and_size
 from pagedllm.distributed.sharded_load import read_model_config
@@ -36,6 +36,7 @@ def start_rank0(
     `num_blocks_for(local config)` sizes each rank's pool (the same block count on every rank)."""
     if dist.is_initialized():  # torch.distributed holds one default group per process
         raise InvalidInputError("a tensor-parallel engine is already running in this process; shut it down first")
+    step_timeout_s()  # a bad $PAGEDLLM_TP_TIMEOUT stops here, before anything starts
     full_config = read_model_config(model_path)
     check_shardable(full_config, size)
     num_blocks = num_blocks_for(local_config(full_config, size))
@@ -50,7 +51,8 @@ def start_rank0(
         dist.barrier()  # every rank's shard is loaded
     except BaseException:
         if workers is not None:
-            workers.stop(timeout=0)
+            workers.kill()
+        leave_group()
         raise
     pids = "" if workers is None else f", worker pids {' '.join(map(str, workers.pids))}"
     logger.info("tensor parallel: %d ranks (%s), step timeout %.0f s%s", size, group.backend, step_timeout_s(), pids)
@@ -65,13 +67,11 @@ def _join(size: int, attention_impl: str) -> tuple[RankGroup, LocalWorkers | Non
             raise InvalidInputError(f"tensor_parallel_size is {size} but torchrun started {world} processes")
         return RankGroup.join(rank, size), None
     _build_kernels_once(attention_impl)
-    store = dist.TCPStore("127.0.0.1", 0, size, is_master=True, wait_for_workers=False)
-    workers = LocalWorkers(size, store.port)
-    workers.store = store  # rank 0's store serves the rendezvous for as long as the group lives
+    workers = LocalWorkers(size, dist.TCPStore("127.0.0.1", 0, size, is_master=True, wait_for_workers=False))
     try:
-        return RankGroup.join(0, size, store), workers
+        return RankGroup.join(0, size, workers.store), workers
     except BaseException:
-        workers.stop(timeout=0)
+        workers.kill()
         raise
 
 

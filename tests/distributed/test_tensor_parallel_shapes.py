@@ -50,3 +50,28 @@ def test_a_split_that_does_not_divide_says_so_before_starting_anything(tiny_tp3_
     with pytest.raises(InvalidInputError, match="cannot split 3 KV heads over 2 ranks"):
         make_llm(tiny_tp3_dir, 2)
     assert children(os.getpid()) == before
+
+
+def test_a_bad_timeout_says_so_before_starting_anything(tiny_llama_dir, monkeypatch) -> None:
+    monkeypatch.setenv("PAGEDLLM_TP_TIMEOUT", "soon")
+    before = children(os.getpid())
+    with pytest.raises(InvalidInputError, match="PAGEDLLM_TP_TIMEOUT must be a positive number"):
+        make_llm(tiny_llama_dir, 2)
+    assert children(os.getpid()) == before
+
+
+def test_a_rank_that_cannot_load_its_shard_fails_the_start_and_leaves_nothing(tiny_llama_dir, tmp_path) -> None:
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_llama_dir, broken)
+    (broken / "model.safetensors").write_bytes(b"not safetensors")
+    before = children(os.getpid())
+    with pytest.raises(Exception, match="not a readable safetensors file"):
+        make_llm(broken, 2)
+    assert children(os.getpid()) == before
+    llm = make_llm(tiny_llama_dir, 2)  # the process can start another one afterwards
+    try:
+        assert completions(llm, ["Hello"], GREEDY)
+    finally:
+        llm.engine.shutdown()

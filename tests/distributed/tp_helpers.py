@@ -23,14 +23,18 @@ def same_completions(a, b, logprob_tol: float = 1e-3) -> bool:
 
 
 def children(pid: int) -> list[int]:
-    """Live processes whose parent is `pid` (from /proc)."""
+    """Live processes whose parent is `pid` (from /proc), but multiprocessing's resource tracker, which the
+    first spawn starts and which lives as long as the process."""
     found = []
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
             fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
         except OSError:  # the process ended while we looked
             continue
-        if int(fields.get("PPid", "0")) == pid and not fields.get("State", "").startswith("Z"):
+        if int(fields.get("PPid", "0")) != pid or fields.get("State", "").startswith("Z"):
+            continue
+        cmdline = (status.parent / "cmdline").read_bytes() if (status.parent / "cmdline").exists() else b""
+        if b"resource_tracker" not in cmdline:
             found.append(int(status.parent.name))
     return found
 
