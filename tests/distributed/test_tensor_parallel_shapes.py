@@ -4,9 +4,11 @@ Each test starts and stops its own engine (one tensor-parallel engine per proces
 import os
 
 import pytest
+import torch
 from tp_helpers import children, completions, make_llm, same_completions
 
 from pagedllm import SamplingParams
+from pagedllm.engine.model_runner import SeqInput
 from pagedllm.errors import InvalidInputError
 
 PROMPTS = ["Hello world", "PagedAttention stores the KV cache in blocks", "The quick brown fox", "0123"]
@@ -26,11 +28,15 @@ def test_swap_preemption_under_size_2_equals_size_1(tiny_llama_dir) -> None:
         llm.engine.shutdown()
 
 
-def test_size_3_greedy_tokens_equal_size_1(tiny_tp3_dir) -> None:
-    expected = completions(make_llm(tiny_tp3_dir, 1), PROMPTS, GREEDY)
+def test_size_3_logits_and_greedy_tokens_equal_size_1(tiny_tp3_dir) -> None:
+    single = make_llm(tiny_tp3_dir, 1)
+    expected = completions(single, PROMPTS, GREEDY)
     llm = make_llm(tiny_tp3_dir, 3)
     try:
         assert same_completions(completions(llm, PROMPTS, GREEDY), expected)
+        step = [SeqInput([5, 17, 99, 3, 250, 8], 0, [40, 41]), SeqInput([7, 7, 300], 0, [42])]
+        full = [e.engine.executor.execute([], step, [False, False]).full for e in (single, llm)]
+        torch.testing.assert_close(full[1], full[0], atol=1e-4, rtol=0)
     finally:
         llm.engine.shutdown()
 
