@@ -146,15 +146,6 @@ class MirroredSwapSpace:
         return pending
 
 
-def apply_swap(swap: SwapSpace, call: SwapCall) -> None:
-    if call.op == SwapOp.SAVE:
-        swap.save(call.seq_id, call.blocks, call.num_tokens)
-    elif call.op == SwapOp.RESTORE:
-        swap.restore(call.seq_id, call.blocks)
-    else:
-        swap.drop(call.seq_id)
-
-
 def leave_group() -> None:
     import torch.distributed as dist
 

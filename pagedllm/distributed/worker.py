@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from pagedllm.distributed.group import RankGroup
-from pagedllm.distributed.message import Kind, decode
+from pagedllm.distributed.message import Kind, SwapCall, SwapOp, decode
 from pagedllm.distributed.sharded_load import load_shard
 from pagedllm.distributed.sharding import Shard, vocab_range
 from pagedllm.engine.model_runner import ModelRunner
@@ -67,8 +67,6 @@ def local_rank(rank: int) -> int:
 
 
 def serve_steps(group: RankGroup, runner: ModelRunner, layout: ParallelLayout, vocab_size: int) -> None:
-    from pagedllm.distributed.executor import apply_swap
-
     swap = SwapSpace(runner.kv_caches)
     while True:
         message = decode(group.receive_words())
@@ -82,6 +80,15 @@ def serve_steps(group: RankGroup, runner: ModelRunner, layout: ParallelLayout, v
         runner.copy_blocks(message.copies)
         logits = runner.execute(message.seqs)
         group.reduce_logits(logits, message.greedy_rows, layout, vocab_size)
+
+
+def apply_swap(swap: SwapSpace, call: SwapCall) -> None:
+    if call.op == SwapOp.SAVE:
+        swap.save(call.seq_id, call.blocks, call.num_tokens)
+    elif call.op == SwapOp.RESTORE:
+        swap.restore(call.seq_id, call.blocks)
+    else:
+        swap.drop(call.seq_id)
 
 
 def run_worker(group: RankGroup) -> int:

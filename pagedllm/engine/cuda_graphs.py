@@ -15,15 +15,27 @@ padding and the fixed plan that way on the CPU (Triton interpreter), where no gr
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
 from pagedllm.attention.metadata import AttentionMetadata
 from pagedllm.attention.triton.attention import decode_only_plan
+from pagedllm.engine.step_tensors import StepTensors
+from pagedllm.model.config import ModelConfig
 
-if TYPE_CHECKING:
-    from pagedllm.engine.model_runner import ModelRunner, StepTensors
+
+
+class GraphRunner(Protocol):
+    """What the graphs need of the ModelRunner that owns them."""
+
+    attention_impl: str
+    device: torch.device
+    block_size: int
+    kv_caches: list[torch.Tensor]
+    config: ModelConfig
+
+    def forward(self, step: StepTensors) -> torch.Tensor: ...
 
 logger = logging.getLogger("pagedllm")
 
@@ -34,7 +46,7 @@ def padded_sizes(max_num_seqs: int) -> list[int]:
     return [s for s in sizes if s < max_num_seqs] + [next(s for s in sizes if s >= max_num_seqs)]
 
 
-def fits(step: "StepTensors", largest: int, width: int) -> bool:
+def fits(step: StepTensors, largest: int, width: int) -> bool:
     """A decode-only step (one new token and one logits row per sequence) within `largest` sequences and
     `width` block-table columns."""
     meta = step.meta
@@ -47,7 +59,7 @@ def fits(step: "StepTensors", largest: int, width: int) -> bool:
 
 
 class DecodeGraphs:
-    def __init__(self, runner: "ModelRunner", max_num_seqs: int, max_model_len: int, capture: bool = True) -> None:
+    def __init__(self, runner: GraphRunner, max_num_seqs: int, max_model_len: int, capture: bool = True) -> None:
         if runner.attention_impl != "triton" or (capture and runner.device.type != "cuda"):
             raise ValueError("CUDA graphs need the runner on CUDA with the Triton attention")
         self.runner, self.max_model_len = runner, max_model_len
@@ -66,10 +78,10 @@ class DecodeGraphs:
         if capture:
             self._capture_all()
 
-    def covers(self, step: "StepTensors") -> bool:
+    def covers(self, step: StepTensors) -> bool:
         return fits(step, self.sizes[-1], self.width)
 
-    def replay(self, step: "StepTensors") -> torch.Tensor:
+    def replay(self, step: StepTensors) -> torch.Tensor:
         """Logits [n, vocab]: a view of the graph's output buffer, valid until the next replay."""
         n, meta = step.meta.num_seqs, step.meta
         size = next(s for s in self.sizes if s >= n)
@@ -86,9 +98,8 @@ class DecodeGraphs:
         graph.replay()
         return logits[:n]
 
-    def _static_step(self, size: int) -> "StepTensors":
+    def _static_step(self, size: int) -> StepTensors:
         """The first `size` rows of the static buffers as a decode step, with its fixed attention plan."""
-        from pagedllm.engine.model_runner import StepTensors
 
         meta = AttentionMetadata(
             self.slot_mapping[:size], self.block_tables[:size], self.seq_lens[:size],
@@ -111,7 +122,7 @@ class DecodeGraphs:
             (torch.cuda.memory_reserved(self.runner.device) - reserved) / 2**20,
         )
 
-    def _capture(self, step: "StepTensors", pool: object) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    def _capture(self, step: StepTensors, pool: object) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
         with torch.inference_mode():
             self.runner.forward(step)  # compiles the kernels outside the capture
             torch.cuda.synchronize(self.runner.device)

@@ -9,7 +9,6 @@ import gc
 import itertools
 import logging
 
-import torch
 
 from pagedllm.config import EngineConfig
 from pagedllm.engine.device import resolve_device

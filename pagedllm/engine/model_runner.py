@@ -6,7 +6,7 @@ copy (pinned, non-blocking on CUDA) and the logits stay there for the sampler.""
 
 import itertools
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -16,28 +16,15 @@ from pagedllm.attention.compiled import compiled_copy_blocks
 from pagedllm.config import parse_memory_size  # noqa: F401  (one parser for the whole project; re-exported)
 from pagedllm.engine.device import current, to_device
 from pagedllm.errors import InvalidInputError
+from pagedllm.engine.step_tensors import SeqInput, StepTensors
 from pagedllm.model.config import ModelConfig
 
 if TYPE_CHECKING:
     from pagedllm.engine.cuda_graphs import DecodeGraphs
 
+__all__ = ["ModelRunner", "SeqInput", "StepTensors", "num_blocks_for_memory", "resolve_attention_impl"]
+
 logger = logging.getLogger("pagedllm")
-
-
-@dataclass(slots=True)
-class SeqInput:
-    token_ids: list[int]  # the new tokens this step
-    num_cached: int  # tokens of this sequence already in the KV cache (their positions come first)
-    block_table: list[int]  # covers num_cached + len(token_ids) positions
-    needs_logits: bool = True  # False for a non-final prefill chunk
-
-
-@dataclass(slots=True)
-class StepTensors:
-    input_ids: torch.Tensor  # [T] int64
-    positions: torch.Tensor  # [T] int64
-    meta: AttentionMetadata
-    logits_rows: torch.Tensor  # [S'] int64: last new token of each sequence that needs logits
 
 
 class ModelRunner:

