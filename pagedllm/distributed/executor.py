@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 
-from pagedllm.distributed.group import RankGroup
+from pagedllm.distributed.group import RankGroup, leave_group
 from pagedllm.distributed.launch import LocalWorkers
 from pagedllm.distributed.message import Kind, StepMessage, SwapCall, SwapOp, encode
 from pagedllm.engine.model_runner import ModelRunner, SeqInput
@@ -144,13 +144,3 @@ class MirroredSwapSpace:
     def take_pending(self) -> list[SwapCall]:
         pending, self._pending = self._pending, []
         return pending
-
-
-def leave_group() -> None:
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        try:
-            dist.destroy_process_group()
-        except Exception:  # a group whose peers are gone can fail to tear down; the process is ending anyway
-            pass

@@ -145,3 +145,11 @@ def _combine(summaries: list[torch.Tensor]) -> list[SampleResult]:
     log_z = stacked[:, :, 2].logsumexp(dim=0)
     tokens, logprobs = chosen[:, 1].long().tolist(), (chosen[:, 0] - log_z).tolist()
     return [SampleResult(t, lp, None) for t, lp in zip(tokens, logprobs)]
+
+
+def leave_group() -> None:
+    if dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:  # a group whose peers are gone can fail to tear down; the process is ending anyway
+            pass

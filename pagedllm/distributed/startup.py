@@ -6,8 +6,8 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from pagedllm.distributed.executor import TensorParallelExecutor, leave_group
-from pagedllm.distributed.group import RankGroup, step_timeout_s
+from pagedllm.distributed.executor import TensorParallelExecutor
+from pagedllm.distributed.group import RankGroup, leave_group, step_timeout_s
 from pagedllm.distributed.launch import LocalWorkers, launched_by_torchrun, torchrun_rank_and_size
 from pagedllm.distributed.sharded_load import read_model_config
 from pagedllm.distributed.sharding import check_shardable, local_config
