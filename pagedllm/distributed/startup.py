@@ -1,6 +1,7 @@
 """Bringing up a tensor-parallel engine: rank 0's side (from LLMEngine) and a torchrun worker's side."""
 
 import logging
+import time
 from collections.abc import Callable
 
 import torch
@@ -11,11 +12,12 @@ from pagedllm.distributed.group import RankGroup, leave_group, step_timeout_s
 from pagedllm.distributed.launch import LocalWorkers, launched_by_torchrun, torchrun_rank_and_size
 from pagedllm.distributed.sharded_load import read_model_config
 from pagedllm.distributed.sharding import check_shardable, local_config
-from pagedllm.distributed.worker import WorkerSpec, build_rank, run_worker, share_spec
-from pagedllm.errors import InvalidInputError
+from pagedllm.distributed.worker import WorkerSpec, build_rank, run_worker, share_spec, started_key
+from pagedllm.errors import InvalidInputError, WorkerFailedError
 from pagedllm.model.config import ModelConfig
 
 logger = logging.getLogger("pagedllm")
+WORKER_START_TIMEOUT_S = 300.0  # from spawn to the rendezvous: an interpreter start and the imports
 
 
 def is_torchrun_worker() -> bool:
@@ -69,10 +71,27 @@ def _join(size: int, attention_impl: str) -> tuple[RankGroup, LocalWorkers | Non
     _build_kernels_once(attention_impl)
     workers = LocalWorkers(size, dist.TCPStore("127.0.0.1", 0, size, is_master=True, wait_for_workers=False))
     try:
+        _wait_until_started(workers, size)
         return RankGroup.join(0, size, workers.store), workers
     except BaseException:
         workers.kill()
         raise
+
+
+def _wait_until_started(workers: LocalWorkers, size: int, timeout: float = WORKER_START_TIMEOUT_S) -> None:
+    """Every spawned worker reached the rendezvous; a worker that died first (a script that builds an engine
+    at its top level re-runs in every spawned worker and fails there) is reported instead of waited for."""
+    keys = [started_key(rank) for rank in range(1, size)]
+    deadline = time.monotonic() + timeout
+    while not workers.store.check(keys):
+        if dead := workers.dead():
+            raise WorkerFailedError(
+                f"a tensor-parallel worker failed to start ({'; '.join(dead)}). Workers are spawned: a script "
+                'that builds the engine must keep its top level under `if __name__ == "__main__":`'
+            )
+        if time.monotonic() > deadline:
+            raise WorkerFailedError(f"tensor-parallel workers did not start within {timeout:.0f} s")
+        time.sleep(0.05)
 
 
 def _build_kernels_once(attention_impl: str) -> None:

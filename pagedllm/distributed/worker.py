@@ -105,11 +105,16 @@ def run_worker(group: RankGroup) -> int:
     return 0
 
 
+def started_key(rank: int) -> str:
+    return f"pagedllm/started/{rank}"
+
+
 def run_local_worker(rank: int, size: int, store_port: int, parent_pid: int) -> None:
     """Entry point of a worker that rank 0 spawned on this host."""
     _exit_with_parent(parent_pid)
     logging.basicConfig(level=logging.WARNING, format=f"rank {rank}: %(levelname)s %(message)s")
     store = dist.TCPStore("127.0.0.1", store_port, size, is_master=False)
+    store.set(started_key(rank), "1")  # rank 0 waits for these before it joins the group
     group = RankGroup.join(rank, size, store)
     sys.exit(run_worker(group))
 

@@ -71,3 +71,19 @@ def test_idle_workers_outlive_the_timeout_on_heartbeats(tiny_llama_dir, monkeypa
     finally:
         llm.engine.shutdown()
     _assert_gone(workers)
+
+
+def test_a_script_without_a_main_guard_fails_with_the_reason_instead_of_hanging(tiny_llama_dir, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / "no_guard.py"
+    script.write_text(
+        "import sys\nfrom pagedllm import LLM\n"
+        "LLM(model=sys.argv[1], dtype='float32', num_blocks=64, block_size=4, tensor_parallel_size=2)\n"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(script), str(tiny_llama_dir)], env=env, capture_output=True,
+                          text=True, timeout=240)  # fmt: skip
+    assert done.returncode != 0
+    assert 'if __name__ == "__main__":' in done.stderr and "failed to start" in done.stderr
