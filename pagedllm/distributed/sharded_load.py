@@ -6,15 +6,14 @@ from pathlib import Path
 import torch
 
 from pagedllm.distributed.sharding import Shard, SliceSpec, check_shardable, local_config, slice_spec
-from pagedllm.errors import ModelLoadError
 from pagedllm.model.config import ModelConfig
 from pagedllm.model.llama import LlamaForCausalLM
-from pagedllm.model.loader import build_model
+from pagedllm.model.loader import build_model, existing_model_path
 
 
 def read_model_config(path: str | Path) -> ModelConfig:
     """The model's config alone (cheap for an HF directory; GGUF reads only its metadata)."""
-    path = _existing(path)
+    path = existing_model_path(path)
     if path.is_dir():
         from pagedllm.model.hf_loader import read_config_json
 
@@ -29,7 +28,7 @@ def load_shard(
     path: str | Path, dtype: torch.dtype, shard: Shard, device: torch.device | str = "cpu"
 ) -> tuple[LlamaForCausalLM, ModelConfig]:
     """This rank's model (local shapes, weights cast to `dtype` on `device`) and the full model's config."""
-    path = _existing(path)
+    path = existing_model_path(path)
     if path.is_dir():
         from pagedllm.model.hf_loader import read_config_json
 
@@ -53,18 +52,15 @@ def take_slice(tensor: torch.Tensor, spec: SliceSpec | None) -> torch.Tensor:
 
 
 def _read_hf_slices(path: Path, config: ModelConfig, shard: Shard) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError, safe_open
+    from safetensors import safe_open
 
-    from pagedllm.model.hf_loader import safetensors_files
+    from pagedllm.model.hf_loader import reading_safetensors, safetensors_files
 
     tensors: dict[str, torch.Tensor] = {}
     for file in safetensors_files(path):
-        try:
-            with safe_open(file, framework="pt") as f:
-                for name in f.keys():
-                    tensors[name] = _read_slice(f, name, slice_spec(name, config, shard))
-        except (SafetensorError, OSError, ValueError) as exc:
-            raise ModelLoadError(f"{file} is not a readable safetensors file (corrupt or truncated?): {exc}") from None
+        with reading_safetensors(file), safe_open(file, framework="pt") as f:
+            for name in f.keys():
+                tensors[name] = _read_slice(f, name, slice_spec(name, config, shard))
     return tensors
 
 
@@ -83,10 +79,3 @@ def _pad(tensor: torch.Tensor, spec: SliceSpec) -> torch.Tensor:
     shape = list(tensor.shape)
     shape[spec.dim] = missing
     return torch.cat([tensor, tensor.new_zeros(shape)], dim=spec.dim)
-
-
-def _existing(path: str | Path) -> Path:
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise ModelLoadError(f"model path {path} does not exist (expected an HF directory or a .gguf file)")
-    return path

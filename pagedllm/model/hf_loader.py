@@ -1,6 +1,8 @@
 """Read a local Hugging Face model directory: config.json + *.safetensors (sharded or not)."""
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -48,10 +50,18 @@ def safetensors_files(path: Path) -> list[Path]:
 
 
 def _read_safetensors(file: Path) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    try:
+    with reading_safetensors(file):
         return load_file(file)
+
+
+@contextmanager
+def reading_safetensors(file: Path) -> Iterator[None]:
+    """Inside: safetensors' errors about `file` become one ModelLoadError that names it."""
+    from safetensors import SafetensorError
+
+    try:
+        yield
     except (SafetensorError, OSError, ValueError) as exc:
         raise ModelLoadError(f"{file} is not a readable safetensors file (corrupt or truncated?): {exc}") from None

@@ -19,18 +19,24 @@ def load_model(
     """The model in eval mode with weights cast to `dtype` on `device`, and its config."""
     if dtype not in SUPPORTED_DTYPES:
         raise ModelLoadError(f"unsupported dtype {dtype}; supported: float32, bfloat16")
-    path = Path(path).expanduser()
+    path = existing_model_path(path)
     if path.is_dir():
         from pagedllm.model.hf_loader import read_hf_dir
 
         config, state_dict = read_hf_dir(path)
-    elif path.is_file():
+    else:
         from pagedllm.model.gguf_loader import read_gguf
 
         config, state_dict = read_gguf(path)
-    else:
-        raise ModelLoadError(f"model path {path} does not exist (expected an HF directory or a .gguf file)")
     return build_model(config, state_dict, dtype, source=path, device=device), config
+
+
+def existing_model_path(path: str | Path) -> Path:
+    """The path, if it names something to load (an HF directory or a GGUF file); else a clear error."""
+    path = Path(path).expanduser()
+    if not (path.is_dir() or path.is_file()):
+        raise ModelLoadError(f"model path {path} does not exist (expected an HF directory or a .gguf file)")
+    return path
 
 
 def build_model(
