@@ -25,7 +25,6 @@ class LocalWorkers:
         from pagedllm.distributed.worker import run_local_worker
 
         self.store = store  # rank 0's side of the rendezvous: it lives as long as the workers
-
         context = multiprocessing.get_context("spawn")
         self.processes = [
             context.Process(
@@ -65,9 +64,9 @@ class LocalWorkers:
         """Wait for the workers to leave (after a STOP message), then terminate, then kill what is left."""
         for process in self.processes:
             process.join(timeout)
-        for signal_them in ("terminate", "kill"):
-            alive = [p for p in self.processes if p.is_alive()]
-            for process in alive:
-                getattr(process, signal_them)()
-            for process in alive:
-                process.join(2.0)
+        alive = [p for p in self.processes if p.is_alive()]
+        for process in alive:
+            process.terminate()
+        for process in alive:
+            process.join(2.0)
+        self.kill()

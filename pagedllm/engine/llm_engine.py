@@ -9,7 +9,6 @@ import gc
 import itertools
 import logging
 
-
 from pagedllm.config import EngineConfig
 from pagedllm.engine.device import resolve_device
 from pagedllm.engine.kv_snapshot import kv_snapshot
