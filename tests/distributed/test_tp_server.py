@@ -11,32 +11,19 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
+from spawned_server import start_logged
 from tp_helpers import alive
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def start(model: Path) -> tuple[subprocess.Popen, int, list[int], list[str]]:
     args = [sys.executable, "-m", "pagedllm", "serve", "--model", str(model), "--tensor-parallel-size", "2",
             "--dtype", "float32", "--num-blocks", "128", "--block-size", "4", "--port", "0",
             "--shutdown-timeout", "0.5"]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(args, cwd=ROOT, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    log: list[str] = []
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        log.append(line)
-        if match := re.search(r"on http://127\.0\.0\.1:(\d+)", line):
-            threading.Thread(target=lambda: log.extend(proc.stderr), daemon=True).start()
-            pids = re.search(r"worker pids ([\d ]+)", "".join(log))
-            assert pids, "".join(log)
-            return proc, int(match.group(1)), [int(p) for p in pids.group(1).split()], log
-    proc.kill()
-    pytest.fail("server did not start:\n" + "".join(log))
+    proc, port, log = start_logged(args, ready_timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    pids = re.search(r"worker pids ([\d ]+)", "".join(log))
+    assert pids, "".join(log)
+    return proc, port, [int(p) for p in pids.group(1).split()], log
 
 
 def stream(port: int, seen: list[str]) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import signal
 import subprocess
 import sys
@@ -13,27 +12,15 @@ from pathlib import Path
 
 import httpx
 import pytest
+from spawned_server import start_logged
 
 SCRIPT = Path(__file__).parent / "serve_fake.py"
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def start(*options: str) -> tuple[subprocess.Popen, int, list[str]]:
     args = [sys.executable, str(SCRIPT), "--port", "0", "--num-blocks", "128", "--block-size", "4",
             "--max-model-len", "512", "--shutdown-timeout", "0.5", *options]
-    proc = subprocess.Popen(args, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    log: list[str] = []
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        log.append(line)
-        if match := re.search(r"on http://127\.0\.0\.1:(\d+)", line):
-            threading.Thread(target=lambda: log.extend(proc.stderr), daemon=True).start()
-            return proc, int(match.group(1)), log
-    proc.kill()
-    pytest.fail("server did not start:\n" + "".join(log))
+    return start_logged(args, ready_timeout=30)
 
 
 def stream_until_closed(port: int, seen: list[str]) -> None:
