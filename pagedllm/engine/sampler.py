@@ -68,7 +68,7 @@ def sample(logits: torch.Tensor, rows: list[SamplingRow], eos_token_ids: set[int
     """Pick one token per row. logits: [N, V] float32, one row per entry of `rows`."""
     raw = logits = logits.float()
     log_z = raw.logsumexp(dim=-1, keepdim=True)  # [N, 1]: raw logprob = raw logit - log_z
-    if any(r.params.has_penalties or len(r.output_ids) < r.params.min_tokens for r in rows):
+    if any(changes_logits(r) for r in rows):
         logits = apply_penalties(logits.clone(), rows)
         mask_stop_tokens(logits, rows, eos_token_ids)
     tokens = torch.empty(len(rows), dtype=torch.long, device=logits.device)
@@ -83,6 +83,11 @@ def sample(logits: torch.Tensor, rows: list[SamplingRow], eos_token_ids: set[int
         picked = _index(randoms, logits)
         tokens[picked] = _sample_random(logits[picked], [rows[i] for i in randoms])
     return _results(raw, log_z, tokens, rows)
+
+
+def changes_logits(row: SamplingRow) -> bool:
+    """Whether the row's logits are changed before its pick: penalties, or stop tokens masked (min_tokens)."""
+    return row.params.has_penalties or len(row.output_ids) < row.params.min_tokens
 
 
 def apply_penalties(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:

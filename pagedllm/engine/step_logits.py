@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from pagedllm.engine.device import to_device
-from pagedllm.engine.sampler import SampleResult, SamplingRow
+from pagedllm.engine.sampler import SampleResult, SamplingRow, changes_logits
 
 
 @dataclass(slots=True)
@@ -36,10 +36,4 @@ class StepLogits:
 
 def greedy_only(row: SamplingRow) -> bool:
     """Whether sampling this row needs nothing but the raw argmax and its logprob."""
-    params = row.params
-    return (
-        params.greedy
-        and params.logprobs is None
-        and not params.has_penalties
-        and len(row.output_ids) >= params.min_tokens
-    )
+    return row.params.greedy and row.params.logprobs is None and not changes_logits(row)
