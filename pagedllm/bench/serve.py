@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pagedllm.bench.workloads import add_sample_seeds_option
 from pagedllm.errors import InvalidInputError
 
 DEFAULT_VOCAB_SIZE = 49152  # the default model's (SmolLM2)
@@ -46,9 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--timeout", type=float, default=1800.0, help="seconds the whole run may take")
     load.add_argument("--ready-timeout", type=float, default=600.0,
                       help="seconds to wait for the server's /health (and a started server's startup)")
-    load.add_argument("--no-sample-seeds", dest="seed_samples", action="store_false",
-                      help="sample n > 1 requests without a per-request seed (vLLM 0.32 CPU fails on seeded "
-                           "requests whose prefill is chunked)")
+    add_sample_seeds_option(load)
     load.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
                       help="let requests stop at EOS (default: every request runs to max_tokens)")
     out = parser.add_argument_group("output")

@@ -6,7 +6,7 @@ import dataclasses
 import gc
 import sys
 
-from pagedllm.bench.workloads import WORKLOADS, Workload, WorkloadSpec, build_workload
+from pagedllm.bench.workloads import WORKLOADS, Workload, WorkloadSpec, add_sample_seeds_option, build_workload
 from pagedllm.entrypoints.engine_args import add_engine_arguments, engine_config_from_args
 
 
@@ -17,9 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     w.add_argument("--num-requests", type=int, default=None, help="requests (default: 64 mixed/sharegpt-like, "
                    "32 shared-prefix, 8 parallel-sampling/beam)")  # fmt: skip
     w.add_argument("--prefix-len", type=int, default=384, help="shared prefix length (shared-prefix workload)")
-    w.add_argument("--no-sample-seeds", dest="seed_samples", action="store_false",
-                   help="sample n > 1 requests without a per-request seed (as vLLM's side must: vLLM 0.32 CPU "
-                        "fails on seeded requests whose prefill is chunked)")
+    add_sample_seeds_option(w)
     c = parser.add_argument_group("comparisons")
     c.add_argument("--baseline", choices=["none", "hf"], default="none", help="also run transformers generate")
     c.add_argument("--hf-batch-size", type=int, default=16, help="prompts per static transformers batch")

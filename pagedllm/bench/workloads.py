@@ -5,6 +5,7 @@ Synthetic prompts are random token ids drawn from the model's vocabulary, skippi
 (special tokens in most vocabularies).
 """
 
+import argparse
 import json
 import random
 from dataclasses import dataclass, field
@@ -182,3 +183,10 @@ def save_jsonl(workload: Workload, path: str | Path) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for r in workload.requests:
             f.write(json.dumps({"prompt": r.prompt, "max_tokens": r.output_len, "n": r.n, "beam": r.beam}) + "\n")
+
+
+def add_sample_seeds_option(group: argparse._ArgumentGroup) -> None:
+    """--no-sample-seeds (`seed_samples`), the same for every bench command that sends n > 1 requests."""
+    group.add_argument("--no-sample-seeds", dest="seed_samples", action="store_false",
+                       help="sample n > 1 requests without a per-request seed (vLLM 0.32 CPU fails on seeded "
+                            "requests whose prefill is chunked)")

@@ -66,7 +66,7 @@ def warm_up(llm) -> None:
                  use_tqdm=False)
 
 
-def run(llm, requests: list[dict[str, Any]], seed: int) -> tuple[float, list]:
+def run(llm, requests: list[dict[str, Any]], seed: int | None) -> tuple[float, list]:
     prompts = [{"prompt_token_ids": r["prompt"]} for r in requests]
     params = [sampling_params(r, None if seed is None else seed + i) for i, r in enumerate(requests)]
     start = time.perf_counter()
