@@ -2,8 +2,9 @@
 
     .venv/bin/python -m pagedllm.bench.attention_bench [--threads 2] [--reps 20] [--layouts]
 
-Workloads: a decode batch (48 sequences, contexts 100-600) and prefill (3 prompts of 256-512 tokens, no
-cache; and one 256-token chunk after 256 cached tokens). 9 query heads, 3 KV heads, head_dim 64, block
+Workloads: a decode batch (48 sequences, contexts 100-600), 32 decodes whose tables share their first 384
+tokens' blocks (prefix caching), and prefill (3 prompts of 256-512 tokens, no cache; and one 256-token
+chunk after 256 cached tokens). 9 query heads, 3 KV heads, head_dim 64, block
 size 16, physical blocks shuffled in a pool of 2800 blocks. Reports the minimum and median of --reps
 interleaved runs in ms (the minimum is the robust figure on a shared machine) and the ratio to reference.
 """
@@ -22,12 +23,15 @@ HEADS, KV_HEADS, HEAD_DIM, BLOCK_SIZE, POOL_BLOCKS = 9, 3, 64, 16, 2800
 IMPLS = ("reference", "blockwise", "fast", "compiled")
 
 
-def make_workload(specs: list[tuple[int, int]], dtype: torch.dtype, seed: int = 0):
-    """(query, kv_cache, meta) for sequences (num_cached, query_len) with shuffled physical blocks."""
+def make_workload(specs: list[tuple[int, int]], dtype: torch.dtype, seed: int = 0, shared_tokens: int = 0):
+    """(query, kv_cache, meta) for sequences (num_cached, query_len) with shuffled physical blocks; the blocks
+    of the first `shared_tokens` positions are the first sequence's in every table."""
     gen = torch.Generator().manual_seed(seed)
     counts = [-(-(c + q) // BLOCK_SIZE) for c, q in specs]
     perm = torch.randperm(POOL_BLOCKS, generator=gen).tolist()
     tables = [perm[sum(counts[:i]) : sum(counts[: i + 1])] for i in range(len(counts))]
+    shared = shared_tokens // BLOCK_SIZE
+    tables = [tables[0][:shared] + table[shared:] for table in tables]
     cache = allocate_kv_caches(1, POOL_BLOCKS, BLOCK_SIZE, KV_HEADS, HEAD_DIM, dtype)[0]
     full = AttentionMetadata.build(tables, [0] * len(specs), [c + q for c, q in specs], BLOCK_SIZE)
     tokens = full.slot_mapping.numel()
@@ -37,10 +41,14 @@ def make_workload(specs: list[tuple[int, int]], dtype: torch.dtype, seed: int = 
     return query, cache, meta
 
 
+SHARED_PREFIX = 384  # tokens, for the workload whose title says so
+
+
 def workloads() -> dict[str, list[tuple[int, int]]]:
     rng = random.Random(0)
     return {
         "decode 48 seqs, ctx 100-600": [(rng.randint(99, 599), 1) for _ in range(48)],
+        f"decode 32 seqs, shared {SHARED_PREFIX}-token prefix + 66": [(SHARED_PREFIX + 66, 1)] * 32,
         "prefill 3 prompts 256-512": [(0, 512), (0, 256), (0, 384)],
         "chunked prefill 256 after 256": [(256, 256)],
     }
@@ -67,7 +75,7 @@ def report(title: str, times: dict[str, list[float]], baseline: str) -> None:
 
 def bench_impls(dtype: torch.dtype, reps: int) -> None:
     for title, specs in workloads().items():
-        query, cache, meta = make_workload(specs, dtype)
+        query, cache, meta = make_workload(specs, dtype, shared_tokens=SHARED_PREFIX if "shared" in title else 0)
         fns = {impl: (lambda impl=impl: paged_attention(query, cache, meta, HEAD_DIM**-0.5, impl)) for impl in IMPLS}
         report(title, time_interleaved(fns, reps), "reference")
 

@@ -157,6 +157,64 @@ def test_sequences_sharing_blocks(block_size: int, partition_size: int) -> None:
     check(batch, partition_size)
 
 
+def forked_batch(block_size: int, group: int, prefix_tokens: int, dtype: torch.dtype, seed: int) -> Batch:
+    """Sequences whose tables start with the same physical blocks, as prefix caching and forks leave them:
+    one family of 40 decodes over a common prefix (some with their own suffix, one that shares only the
+    first half of the prefix), a short prefill chunk and a long one over it, a member with fewer cached
+    keys than the prefix; a second family of two; and a sequence that shares nothing."""
+    gen = torch.Generator().manual_seed(seed)
+    num_kv_heads, head_dim = 2, 64
+    prefix_blocks = max(1, prefix_tokens // block_size)
+    rng = random.Random(seed)
+    # (family, blocks of its prefix shared, own tokens after them, query_len)
+    specs = [(0, prefix_blocks, rng.randint(1, 40), 1) for _ in range(40)]
+    specs += [(0, prefix_blocks // 2, 30, 1), (0, prefix_blocks, 9, 5), (0, prefix_blocks, 70, 70)]
+    specs += [(0, 1, 2, 1), (1, prefix_blocks, 3, 1), (1, prefix_blocks, 17, 1), (2, 0, 90, 1)]
+    rng.shuffle(specs)
+    own_blocks = [-(-own // block_size) for _, _, own, _ in specs]
+    num_blocks = 2 * prefix_blocks + sum(own_blocks) + 1
+    pool = torch.randperm(num_blocks, generator=gen).tolist()
+    family_blocks = [pool[:prefix_blocks], pool[prefix_blocks : 2 * prefix_blocks]]
+    family_keys = [torch.randn(prefix_blocks * block_size, num_kv_heads, head_dim, generator=gen) for _ in range(2)]
+    family_values = [torch.randn(prefix_blocks * block_size, num_kv_heads, head_dim, generator=gen) for _ in range(2)]
+    at = 2 * prefix_blocks
+    tables, keys, values = [], [], []
+    for (family, shared, own, _), count in zip(specs, own_blocks):
+        head = family_blocks[family][:shared] if family < 2 else []
+        tables.append(head + pool[at : at + count])
+        at += count
+        shared_tokens = len(head) * block_size
+        own_k = torch.randn(own, num_kv_heads, head_dim, generator=gen)
+        own_v = torch.randn(own, num_kv_heads, head_dim, generator=gen)
+        keys.append(torch.cat([family_keys[family % 2][:shared_tokens], own_k]).to(dtype))
+        values.append(torch.cat([family_values[family % 2][:shared_tokens], own_v]).to(dtype))
+    cache = allocate_kv_caches(1, num_blocks, block_size, num_kv_heads, head_dim, dtype)[0]
+    cache.normal_(generator=gen)
+    for table, k, v in zip(tables, keys, values):  # shared blocks are written once per sequence, same rows
+        write_kv(k, v, cache, AttentionMetadata.build([table], [0], [len(k)], block_size).slot_mapping)
+    query_lens = [q for *_, q in specs]
+    meta = AttentionMetadata.build(tables, [len(k) - q for k, q in zip(keys, query_lens)], query_lens, block_size)
+    query = torch.randn(sum(query_lens), group * num_kv_heads, head_dim, generator=gen).to(dtype)
+    return Batch(query, cache, meta, keys, values, head_dim**-0.5)
+
+
+@pytest.mark.parametrize("partition_size", [0, 16])
+@pytest.mark.parametrize("prefix_tokens", [100, 600])
+@pytest.mark.parametrize("group,block_size", [(1, 1), (3, 16), (4, 32), (8, 128)])
+def test_shared_prefix_attended_once_matches_dense(
+    group: int, block_size: int, prefix_tokens: int, partition_size: int
+) -> None:
+    """Long common prefixes are attended once for all the sequences that hold them (more rows than one part
+    takes, more keys than one piece), then merged with each sequence's own keys."""
+    batch = forked_batch(block_size, group, prefix_tokens, torch.float32, seed=group + block_size + prefix_tokens)
+    check(batch, partition_size)
+
+
+@pytest.mark.parametrize("group,block_size", [(3, 16), (8, 32)])
+def test_shared_prefix_bfloat16(group: int, block_size: int) -> None:
+    check(forked_batch(block_size, group, 300, torch.bfloat16, seed=group), tol=BF16_TOL)
+
+
 def test_nan_in_unused_slots_never_leaks() -> None:
     """Slots past every sequence's length (tail of the last block, free blocks) hold NaN: a masked key that
     were multiplied by a zero probability would still poison the output."""
