@@ -29,6 +29,7 @@ namespace pagedllm {
 namespace {
 
 constexpr int64_t kKeyTile = 16;          // keys scored together
+constexpr int64_t kCopyKeys = 64;         // keys copied together (a multiple of kKeyTile)
 constexpr int64_t kRowsPerTile = 48;      // target rows (tokens x group heads) of one tile
 constexpr int64_t kAutoPartition = 256;   // keys per part when splitting for idle threads
 constexpr int64_t kMinSharedKeys = 64;    // the shortest common prefix worth attending once for its sequences
@@ -266,7 +267,7 @@ class Kernel {
       const int64_t first = part.num_members > 1 ? 0 : std::max<int64_t>(0, key0 - t.first_key_pos) * group_;
       if (first >= num_rows) break;
       const int64_t n = std::min(kKeyTile, key_end - key0);
-      copy_keys(t, key0, n, s);
+      copy_keys(t, key0, key_begin, key_end, n, s);
       const int64_t first_vec = first / kLanes;
       if (lanes) {  // scores [key][row]: rows in vector lanes
         score_lanes(s, width, first_vec, n);
@@ -323,20 +324,23 @@ class Kernel {
     }
   }
 
-  // The key tile's K rows, then its V rows, copied into a thread's own buffer before they are used: the
-  // blocks lie anywhere in the pool, and two tight copy loops stream them from memory 1.1-1.3x faster
-  // (measured on decode batches, in the whole kernel) than the loads spread through the score and output
-  // loops, with or without software prefetch.
-  void copy_keys(const Tile& t, int64_t key0, int64_t n, Scratch& s) const {
-    thread_local T k_copy[kKeyTile * kDim], v_copy[kKeyTile * kDim];
-    for_each_key(t, key0, n, [&](int64_t j, const T* k) {
-      std::memcpy(k_copy + j * kDim, k, kDim * sizeof(T));
-      s.k_rows[j] = k_copy + j * kDim;
-    });
-    for_each_key(t, key0, n, [&](int64_t j, const T* k) {
-      std::memcpy(v_copy + j * kDim, k + value_offset_, kDim * sizeof(T));
-      s.v_rows[j] = v_copy + j * kDim;
-    });
+  // K rows, then V rows, of the next kCopyKeys keys are copied into the thread's own buffer before the key
+  // tiles among them are scored: the blocks lie anywhere in the pool, and two tight copy loops stream them
+  // from memory faster than loads spread through the score and output loops (docs/attention.md).
+  void copy_keys(const Tile& t, int64_t key0, int64_t key_begin, int64_t key_end, int64_t n, Scratch& s) const {
+    thread_local T k_copy[kCopyKeys * kDim], v_copy[kCopyKeys * kDim];
+    const int64_t at = (key0 - key_begin) % kCopyKeys;  // key0's row in the copy
+    if (at == 0) {
+      const int64_t count = std::min(kCopyKeys, key_end - key0);
+      for_each_key(t, key0, count, [&](int64_t j, const T* k) { std::memcpy(k_copy + j * kDim, k, kDim * sizeof(T)); });
+      for_each_key(t, key0, count, [&](int64_t j, const T* k) {
+        std::memcpy(v_copy + j * kDim, k + value_offset_, kDim * sizeof(T));
+      });
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      s.k_rows[j] = k_copy + (at + j) * kDim;
+      s.v_rows[j] = v_copy + (at + j) * kDim;
+    }
   }
 
   static const T* row(const void* p) { return static_cast<const T*>(p); }
