@@ -332,10 +332,14 @@ class Kernel {
     const int64_t at = (key0 - key_begin) % kCopyKeys;  // key0's row in the copy
     if (at == 0) {
       const int64_t count = std::min(kCopyKeys, key_end - key0);
-      for_each_key(t, key0, count, [&](int64_t j, const T* k) { std::memcpy(k_copy + j * kDim, k, kDim * sizeof(T)); });
-      for_each_key(t, key0, count, [&](int64_t j, const T* k) {
-        std::memcpy(v_copy + j * kDim, k + value_offset_, kDim * sizeof(T));
-      });
+      const T* src[kCopyKeys];
+      for_each_key(t, key0, count, [&](int64_t j, const T* k) { src[j] = k; });
+      // rows in the order j = 0, 16, 32, 48, 1, 17, ...: up to 8 streams (K and V of 4 blocks) in flight
+      for (int64_t r = 0; r < kKeyTile; ++r)
+        for (int64_t j = r; j < count; j += kKeyTile) {
+          std::memcpy(k_copy + j * kDim, src[j], kDim * sizeof(T));
+          std::memcpy(v_copy + j * kDim, src[j] + value_offset_, kDim * sizeof(T));
+        }
     }
     for (int64_t j = 0; j < n; ++j) {
       s.k_rows[j] = k_copy + (at + j) * kDim;
