@@ -191,10 +191,12 @@ struct Scratch {
   std::vector<float> scores;    // scores, then probabilities: [key][padded rows], or [row][key] for few rows
   std::vector<float> acc;       // [rows][dim]: unnormalised output
   std::vector<float> m, l, alpha, limit;  // [padded rows]; limit: the last key position a row may see
-  const void* k_rows[kKeyTile];  // the current key tile's K and V rows, in the cache
+  std::vector<unsigned char> kv_copy;  // K rows, then V rows, of the keys being scored (cache dtype)
+  const void* k_rows[kKeyTile];  // the current key tile's K and V rows, in kv_copy
   const void* v_rows[kKeyTile];
 
-  void resize(int64_t rows, int64_t padded, int64_t dim) {
+  void resize(int64_t rows, int64_t padded, int64_t dim, int64_t copy_bytes) {
+    kv_copy.resize(copy_bytes);
     q_rows.resize(rows * dim);
     q_lanes.resize(dim * padded);
     scores.resize(kKeyTile * padded);
@@ -203,7 +205,9 @@ struct Scratch {
   }
 };
 
-Scratch& thread_scratch() {
+// Not inlined: the caller keeps the address instead of recomputing it, which in a shared library is a
+// call to __tls_get_addr (the compiler put one, with vector register spills, inside the output loop).
+__attribute__((noinline)) Scratch& thread_scratch() {
   thread_local Scratch s;
   return s;
 }
@@ -259,7 +263,7 @@ class Kernel {
     const int64_t num_rows = part.rows, width = padded(num_rows);
     const bool lanes = num_rows >= kLanes / 2;  // enough rows to fill vector lanes: score rows x one key
     Scratch& s = thread_scratch();
-    s.resize(num_rows, width, kDim);
+    s.resize(num_rows, width, kDim, 2 * kCopyKeys * kDim * static_cast<int64_t>(sizeof(T)));
     load_queries(w, part, s, width, lanes);
     for (int64_t key0 = key_begin; key0 < key_end; key0 += kKeyTile) {
       // rows are ordered by position: rows before `first` see no key from key0 on (a shared prefix lies
@@ -328,7 +332,8 @@ class Kernel {
   // tiles among them are scored: the blocks lie anywhere in the pool, and two tight copy loops stream them
   // from memory faster than loads spread through the score and output loops (docs/attention.md).
   void copy_keys(const Tile& t, int64_t key0, int64_t key_begin, int64_t key_end, int64_t n, Scratch& s) const {
-    thread_local T k_copy[kCopyKeys * kDim], v_copy[kCopyKeys * kDim];
+    T* k_copy = reinterpret_cast<T*>(s.kv_copy.data());
+    T* v_copy = k_copy + kCopyKeys * kDim;
     const int64_t at = (key0 - key_begin) % kCopyKeys;  // key0's row in the copy
     if (at == 0) {
       const int64_t count = std::min(kCopyKeys, key_end - key0);
