@@ -29,7 +29,8 @@ namespace pagedllm {
 namespace {
 
 constexpr int64_t kKeyTile = 16;          // keys scored together
-constexpr int64_t kCopyKeys = 64;         // keys copied together (a multiple of kKeyTile)
+constexpr int64_t kCopyKeys = 64;         // keys copied together
+static_assert(kCopyKeys % kKeyTile == 0, "a copy holds whole key tiles");
 constexpr int64_t kRowsPerTile = 48;      // target rows (tokens x group heads) of one tile
 constexpr int64_t kAutoPartition = 256;   // keys per part when splitting for idle threads
 constexpr int64_t kMinSharedKeys = 64;    // the shortest common prefix worth attending once for its sequences
@@ -105,10 +106,11 @@ std::vector<SharedPrefix> find_shared_prefixes(const PagedAttentionArgs& a) {
     const int64_t* first = table_of(a, seqs[0]);
     int64_t keys = num_cached(a, seqs[0]);
     for (int64_t s : seqs) {
+      keys = std::min(keys, num_cached(a, s));
       const int64_t* table = table_of(a, s);
       int64_t equal = 0;
       while (equal * a.block_size < keys && table[equal] == first[equal]) ++equal;
-      keys = std::min({keys, equal * a.block_size, num_cached(a, s)});
+      keys = std::min(keys, equal * a.block_size);
     }
     if (keys >= kMinSharedKeys) shared.push_back({std::move(seqs), keys});
   }
@@ -328,9 +330,10 @@ class Kernel {
     }
   }
 
-  // K rows, then V rows, of the next kCopyKeys keys are copied into the thread's own buffer before the key
-  // tiles among them are scored: the blocks lie anywhere in the pool, and two tight copy loops stream them
-  // from memory faster than loads spread through the score and output loops (docs/attention.md).
+  // The K and V rows of the next kCopyKeys keys are copied into the thread's own buffer before the key tiles
+  // among them are scored: the blocks lie anywhere in the pool, and one tight copy loop that reads several
+  // blocks in turn keeps more reads in flight than loads spread through the score and output loops
+  // (docs/attention.md).
   void copy_keys(const Tile& t, int64_t key0, int64_t key_begin, int64_t key_end, int64_t n, Scratch& s) const {
     T* k_copy = reinterpret_cast<T*>(s.kv_copy.data());
     T* v_copy = k_copy + kCopyKeys * kDim;
