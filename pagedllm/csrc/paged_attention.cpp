@@ -194,8 +194,8 @@ struct Scratch {
   std::vector<float> acc;       // [rows][dim]: unnormalised output
   std::vector<float> m, l, alpha, limit;  // [padded rows]; limit: the last key position a row may see
   std::vector<unsigned char> kv_copy;  // K rows, then V rows, of the keys being scored (cache dtype)
-  const void* k_rows[kKeyTile];  // the current key tile's K and V rows, in kv_copy
-  const void* v_rows[kKeyTile];
+  const void* keys = nullptr;    // the current key tile's first K and V rows in kv_copy (rows head_dim apart)
+  const void* values = nullptr;
 
   void resize(int64_t rows, int64_t padded, int64_t dim, int64_t copy_bytes) {
     kv_copy.resize(copy_bytes);
@@ -352,13 +352,13 @@ class Kernel {
           std::memcpy(v_copy + j * kDim, src[j] + value_offset_, kDim * sizeof(T));
         }
     }
-    for (int64_t j = 0; j < n; ++j) {
-      s.k_rows[j] = k_copy + (at + j) * kDim;
-      s.v_rows[j] = v_copy + (at + j) * kDim;
-    }
+    s.keys = k_copy + at * kDim;
+    s.values = v_copy + at * kDim;
   }
 
-  static const T* row(const void* p) { return static_cast<const T*>(p); }
+  // Row j of the current key tile's K or V (in the copy).
+  static const T* key_row(const Scratch& s, int64_t j) { return static_cast<const T*>(s.keys) + j * kDim; }
+  static const T* value_row(const Scratch& s, int64_t j) { return static_cast<const T*>(s.values) + j * kDim; }
 
   // Many rows: 16 rows per vector, one key element broadcast at a time (no horizontal sums).
   void score_lanes(Scratch& s, int64_t width, int64_t first_vec, int64_t n) const {
@@ -378,7 +378,7 @@ class Kernel {
     const float* q = s.q_lanes.data() + vec * kLanes;
     for (int64_t j = 0; j < n; j += 4) {
       const T* k[4];
-      for (int64_t i = 0; i < 4; ++i) k[i] = row(s.k_rows[std::min(j + i, n - 1)]);
+      for (int64_t i = 0; i < 4; ++i) k[i] = key_row(s, std::min(j + i, n - 1));
       f32x16 acc[kVecs][4] = {};
       for (int64_t d = 0; d < kDim; ++d) {
         f32x16 qd[kVecs];
@@ -400,7 +400,7 @@ class Kernel {
       const float* q = s.q_rows.data() + r * kDim;
       f32x16 dots[kKeyTile];
       for (int64_t j = 0; j < kKeyTile; ++j) {
-        const T* k = row(s.k_rows[std::min(j, n - 1)]);
+        const T* k = key_row(s, std::min(j, n - 1));
         dots[j] = load16(q) * load16(k);
         for (int64_t c = 1; c < kChunks; ++c) dots[j] += load16(q + c * kLanes) * load16(k + c * kLanes);
       }
@@ -469,7 +469,7 @@ class Kernel {
       f32x16 out[kRows];
       for (int64_t b = 0; b < kRows; ++b) out[b] = load16(s.acc.data() + (r0 + b) * kDim + c * kLanes) * s.alpha[r0 + b];
       for (int64_t j = 0; j < n; ++j) {
-        const f32x16 v = load16(row(s.v_rows[j]) + c * kLanes);
+        const f32x16 v = load16(value_row(s, j) + c * kLanes);
         for (int64_t b = 0; b < kRows; ++b) out[b] += v * p[j * key_stride + b * row_stride];
       }
       for (int64_t b = 0; b < kRows; ++b) store16(s.acc.data() + (r0 + b) * kDim + c * kLanes, out[b]);
