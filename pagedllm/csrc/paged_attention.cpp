@@ -220,8 +220,7 @@ class Kernel {
  public:
   static constexpr int64_t kDim = kChunks * kLanes;
   // Rows whose 16-wide output slices stay in registers together while the value rows stream past: 8 for
-  // bfloat16, whose rows cost a widening per load (prefill 4.59 -> 4.11 ms), 4 for float32 (8 measured
-  // 4.68 -> 4.84 ms there).
+  // bfloat16, whose rows cost a widening per load, 4 for float32 (docs/attention.md).
   static constexpr int64_t kRowBlock = std::is_same_v<T, float> ? 4 : 8;
   static constexpr int64_t kMaxScoreVecs = 3;  // x 4 keys = 12 accumulators
 
