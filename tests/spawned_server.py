@@ -1,4 +1,5 @@
-"""A server command run as a child process, up once its log names the port it listens on."""
+"""A server command run as a child process, up once its log names the port it listens on; a long streamed
+completion read from it in the background."""
 
 import re
 import subprocess
@@ -6,6 +7,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,3 +29,27 @@ def start_logged(args: list[str], ready_timeout: float, env: dict[str, str] | No
             return proc, int(match.group(1)), log
     proc.kill()
     pytest.fail("server did not start:\n" + "".join(log))
+
+
+def stream_in_background(port: int, read_timeout: float, started_within: float) -> tuple[threading.Thread, list[str]]:
+    """A thread streaming a 400-token completion into the returned list (its SSE lines, then
+    "<connection error>" if the connection breaks), returned once 5 lines have arrived."""
+    seen: list[str] = []
+
+    def read() -> None:
+        body = {"prompt": "go", "max_tokens": 400, "ignore_eos": True, "stream": True}
+        try:
+            url = f"http://127.0.0.1:{port}/v1/completions"
+            with httpx.stream("POST", url, json=body, timeout=read_timeout) as response:
+                for line in response.iter_lines():
+                    seen.append(line)
+        except httpx.HTTPError:
+            seen.append("<connection error>")
+
+    client = threading.Thread(target=read, daemon=True)
+    client.start()
+    deadline = time.monotonic() + started_within
+    while len(seen) < 5 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(seen) >= 5, "the stream never started"
+    return client, seen

@@ -6,12 +6,11 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import httpx
-from spawned_server import start_logged
+from spawned_server import start_logged, stream_in_background
 from tp_helpers import alive
 
 
@@ -26,15 +25,6 @@ def start(model: Path) -> tuple[subprocess.Popen, int, list[int], list[str]]:
     return proc, port, [int(p) for p in pids.group(1).split()], log
 
 
-def stream(port: int, seen: list[str]) -> None:
-    body = {"prompt": "go", "max_tokens": 400, "ignore_eos": True, "stream": True}
-    try:
-        with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=60) as response:
-            seen.extend(response.iter_lines())
-    except httpx.HTTPError:
-        seen.append("<connection error>")
-
-
 def _gone(pids: list[int], within: float = 10.0) -> bool:
     deadline = time.monotonic() + within
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
@@ -46,13 +36,7 @@ def test_a_worker_killed_mid_stream_fails_the_stream_and_the_server_exits_1(tiny
     proc, port, workers, log = start(tiny_llama_dir)
     try:
         assert httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200
-        seen: list[str] = []
-        client = threading.Thread(target=stream, args=(port, seen), daemon=True)
-        client.start()
-        deadline = time.monotonic() + 30
-        while len(seen) < 5 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert len(seen) >= 5, "the stream never started"
+        client, seen = stream_in_background(port, read_timeout=60, started_within=30)
         os.kill(workers[0], signal.SIGKILL)
         client.join(30)
         assert not client.is_alive()

@@ -6,13 +6,12 @@ import json
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-from spawned_server import start_logged
+from spawned_server import start_logged, stream_in_background
 
 SCRIPT = Path(__file__).parent / "serve_fake.py"
 
@@ -23,28 +22,12 @@ def start(*options: str) -> tuple[subprocess.Popen, int, list[str]]:
     return start_logged(args, ready_timeout=30)
 
 
-def stream_until_closed(port: int, seen: list[str]) -> None:
-    body = {"prompt": "go", "max_tokens": 400, "ignore_eos": True, "stream": True}
-    try:
-        with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=30) as response:
-            for line in response.iter_lines():
-                seen.append(line)
-    except httpx.HTTPError:
-        seen.append("<connection error>")
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_signal_stops_cleanly_mid_stream(sig: signal.Signals) -> None:
     proc, port, log = start()
     try:
         assert any("KV pool: 128 blocks x 4 tokens" in line for line in log), "".join(log)
-        seen: list[str] = []
-        client = threading.Thread(target=stream_until_closed, args=(port, seen), daemon=True)
-        client.start()
-        deadline = time.monotonic() + 10
-        while len(seen) < 5 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert len(seen) >= 5, "the stream never started"
+        client, seen = stream_in_background(port, read_timeout=30, started_within=10)
         proc.send_signal(sig)
         assert proc.wait(timeout=20) == 0, "".join(log)
         client.join(10)
