@@ -14,6 +14,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
@@ -41,16 +42,21 @@ def make_workload(specs: list[tuple[int, int]], dtype: torch.dtype, seed: int = 
     return query, cache, meta
 
 
-SHARED_PREFIX = 384  # tokens, for the workload whose title says so
+class Workload(NamedTuple):
+    specs: list[tuple[int, int]]  # per sequence (num_cached, query_len)
+    shared_tokens: int = 0  # positions whose blocks every table shares
+
+    def build(self, dtype: torch.dtype):
+        return make_workload(self.specs, dtype, shared_tokens=self.shared_tokens)
 
 
-def workloads() -> dict[str, list[tuple[int, int]]]:
+def workloads() -> dict[str, Workload]:
     rng = random.Random(0)
     return {
-        "decode 48 seqs, ctx 100-600": [(rng.randint(99, 599), 1) for _ in range(48)],
-        f"decode 32 seqs, shared {SHARED_PREFIX}-token prefix + 66": [(SHARED_PREFIX + 66, 1)] * 32,
-        "prefill 3 prompts 256-512": [(0, 512), (0, 256), (0, 384)],
-        "chunked prefill 256 after 256": [(256, 256)],
+        "decode 48 seqs, ctx 100-600": Workload([(rng.randint(99, 599), 1) for _ in range(48)]),
+        "decode 32 seqs, shared 384-token prefix + 66": Workload([(384 + 66, 1)] * 32, shared_tokens=384),
+        "prefill 3 prompts 256-512": Workload([(0, 512), (0, 256), (0, 384)]),
+        "chunked prefill 256 after 256": Workload([(256, 256)]),
     }
 
 
@@ -74,16 +80,16 @@ def report(title: str, times: dict[str, list[float]], baseline: str) -> None:
 
 
 def bench_impls(dtype: torch.dtype, reps: int) -> None:
-    for title, specs in workloads().items():
-        query, cache, meta = make_workload(specs, dtype, shared_tokens=SHARED_PREFIX if "shared" in title else 0)
+    for title, workload in workloads().items():
+        query, cache, meta = workload.build(dtype)
         fns = {impl: (lambda impl=impl: paged_attention(query, cache, meta, HEAD_DIM**-0.5, impl)) for impl in IMPLS}
         report(title, time_interleaved(fns, reps), "reference")
 
 
 def bench_layouts(dtype: torch.dtype, reps: int) -> None:
     """Decode read path (gather + attention) on [2, blocks, B, kvh, d] vs [2, kvh, blocks, B, d]."""
-    specs = workloads()["decode 48 seqs, ctx 100-600"]
-    query, cache, meta = make_workload(specs, dtype)  # cache in the current layout [2, kvh, blocks, B, d]
+    # the cache in the current layout [2, kvh, blocks, B, d]
+    query, cache, meta = workloads()["decode 48 seqs, ctx 100-600"].build(dtype)
     old = cache.permute(0, 2, 3, 1, 4).contiguous()  # [2, blocks, B, kvh, d]
     tables = meta.block_tables
     num_seqs, ctx = tables.shape[0], tables.shape[1] * BLOCK_SIZE

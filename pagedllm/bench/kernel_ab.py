@@ -20,7 +20,7 @@ from types import ModuleType
 
 import torch
 
-from pagedllm.bench.attention_bench import HEAD_DIM, SHARED_PREFIX, make_workload, workloads
+from pagedllm.bench.attention_bench import HEAD_DIM, workloads
 
 
 def load_build(path: str) -> ModuleType:
@@ -44,9 +44,8 @@ def main() -> None:
     builds = [load_build(path) for path in args.builds]
     evict = torch.zeros(16 * 1024 * 1024)
     print(f"threads {args.threads}, {args.dtype}, {'warm' if args.warm else 'cold'}; min / median ms per build")
-    for title, specs in workloads().items():
-        query, cache, meta = make_workload(specs, getattr(torch, args.dtype),
-                                           shared_tokens=SHARED_PREFIX if "shared" in title else 0)
+    for title, workload in workloads().items():
+        query, cache, meta = workload.build(getattr(torch, args.dtype))
         out = torch.empty_like(query)
         times: list[list[float]] = [[] for _ in builds]
         for rep in range(args.reps + 1):  # the first rep warms up
