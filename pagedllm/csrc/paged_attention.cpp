@@ -223,6 +223,7 @@ class Kernel {
   // bfloat16, whose rows cost a widening per load, 4 for float32 (docs/attention.md).
   static constexpr int64_t kRowBlock = std::is_same_v<T, float> ? 4 : 8;
   static constexpr int64_t kMaxScoreVecs = 3;  // x 4 keys = 12 accumulators
+  static constexpr int64_t kScoreRows = 4;     // few-row scores: rows sharing each key load
 
   explicit Kernel(const PagedAttentionArgs& a)
       : a_(a), group_(group_size(a)), cache_(static_cast<const T*>(a.kv_cache)),
@@ -392,26 +393,48 @@ class Kernel {
     }
   }
 
-  // Few rows (decodes): per row, 16 dot products reduced together into one vector of scores (keys in
-  // lanes), then the online softmax step on that vector; probabilities land in scores[row][key].
+  // Few rows (decodes): 16 dot products per row, reduced together into one vector of scores (keys in
+  // lanes), then the online softmax step on that vector; probabilities land in scores[row][key]. Rows go
+  // kScoreRows at a time so that each key row is loaded (and widened, for bfloat16) once for all of them.
   void score_softmax_rows(Scratch& s, int64_t first, int64_t num_rows, int64_t key0, int64_t n) const {
-    for (int64_t r = first; r < num_rows; ++r) {
-      const float* q = s.q_rows.data() + r * kDim;
-      f32x16 dots[kKeyTile];
-      for (int64_t j = 0; j < kKeyTile; ++j) {
-        const T* k = key_row(s, std::min(j, n - 1));
-        dots[j] = load16(q) * load16(k);
-        for (int64_t c = 1; c < kChunks; ++c) dots[j] += load16(q + c * kLanes) * load16(k + c * kLanes);
+    for (int64_t r0 = first; r0 < num_rows; r0 += kScoreRows) {
+      switch (std::min(kScoreRows, num_rows - r0)) {
+        case 1: score_softmax_block<1>(s, r0, key0, n); break;
+        case 2: score_softmax_block<2>(s, r0, key0, n); break;
+        case 3: score_softmax_block<3>(s, r0, key0, n); break;
+        default: score_softmax_block<kScoreRows>(s, r0, key0, n); break;
       }
-      const float valid = static_cast<float>(std::min(n, static_cast<int64_t>(s.limit[r]) - key0 + 1));
-      const f32x16 scores = kIota < valid ? transpose_sums(dots) : splat(kNegInf);
-      const float new_max = std::max(s.m[r], reduce_max(scores));  // finite: row r sees key0
-      const f32x16 e = fast_exp(scores - new_max);
-      store16(s.scores.data() + r * kKeyTile, e);
-      s.alpha[r] = fast_exp(s.m[r] - new_max);
-      s.l[r] = s.l[r] * s.alpha[r] + reduce_add(e);
-      s.m[r] = new_max;
     }
+  }
+
+  template <int kRows>
+  void score_softmax_block(Scratch& s, int64_t r0, int64_t key0, int64_t n) const {
+    f32x16 dots[kRows][kKeyTile];
+    const float* q = s.q_rows.data() + r0 * kDim;
+    for (int64_t j = 0; j < kKeyTile; ++j) {
+      const T* k = key_row(s, std::min(j, n - 1));
+      f32x16 key[kChunks];
+      for (int64_t c = 0; c < kChunks; ++c) key[c] = load16(k + c * kLanes);
+      for (int64_t b = 0; b < kRows; ++b) {
+        f32x16 dot = load16(q + b * kDim) * key[0];
+        for (int64_t c = 1; c < kChunks; ++c) dot += load16(q + b * kDim + c * kLanes) * key[c];
+        dots[b][j] = dot;
+      }
+    }
+    for (int64_t b = 0; b < kRows; ++b) softmax_row(s, r0 + b, key0, n, transpose_sums(dots[b]));
+  }
+
+  // The online softmax step of row r over the scores of keys key0 .. key0+15 (lanes past n or past the
+  // row's position are masked).
+  static void softmax_row(Scratch& s, int64_t r, int64_t key0, int64_t n, f32x16 raw) {
+    const float valid = static_cast<float>(std::min(n, static_cast<int64_t>(s.limit[r]) - key0 + 1));
+    const f32x16 scores = kIota < valid ? raw : splat(kNegInf);
+    const float new_max = std::max(s.m[r], reduce_max(scores));  // finite: row r sees key0
+    const f32x16 e = fast_exp(scores - new_max);
+    store16(s.scores.data() + r * kKeyTile, e);
+    s.alpha[r] = fast_exp(s.m[r] - new_max);
+    s.l[r] = s.l[r] * s.alpha[r] + reduce_add(e);
+    s.m[r] = new_max;
   }
 
   // Online softmax over keys key0 .. key0+n-1 for 16 rows at a time; scores become probabilities.

@@ -8,6 +8,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace pagedllm {
 
 using bf16_t = uint16_t;  // bfloat16 storage: the high half of a float32
@@ -57,9 +61,15 @@ inline f32x16 load16(const float* p) {
 }
 
 inline f32x16 load16(const bf16_t* p) {
+#if defined(__AVX512F__)
+  // one widening load (GCC splits the generic conversion below into 256-bit halves and re-joins them)
+  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return bit_cast<f32x16>(_mm512_slli_epi32(wide, 16));
+#else
   u16x16 half;
   std::memcpy(&half, p, sizeof half);
   return bit_cast<f32x16>(__builtin_convertvector(half, u32x16) << 16);
+#endif
 }
 
 inline void store16(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
