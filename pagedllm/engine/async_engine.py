@@ -280,18 +280,16 @@ class AsyncEngine:
             logger.exception("engine step failed; aborting all requests")
             self._abort_all(RequestAborted(f"the engine failed while running this request: {exc}"))
             return
-        for output in outputs:
-            self._deliver(output)
+        deliveries = [(stream, output) for output in outputs if (stream := self._stream_of(output)) is not None]
+        if deliveries:  # one wake-up of the event loop per step, not one per request
+            self._to_loop(_put_all, deliveries)
 
-    def _deliver(self, output: RequestOutput) -> None:
-        if output.finished:
-            stream = self._streams.pop(output.request_id, None)
-            if self._observer is not None:
-                self._observer.observe_finished(output)
-        else:
-            stream = self._streams.get(output.request_id)
-        if stream is not None:
-            self._to_loop(stream.put, output)
+    def _stream_of(self, output: RequestOutput) -> OutputStream | None:
+        if not output.finished:
+            return self._streams.get(output.request_id)
+        if self._observer is not None:
+            self._observer.observe_finished(output)
+        return self._streams.pop(output.request_id, None)
 
     def _after_iteration(self, force_stats: bool) -> None:
         was_busy, self._busy = self._busy, self._engine.has_unfinished_requests()
@@ -335,3 +333,8 @@ def _resolve(future: asyncio.Future, result: Any, error: BaseException | None) -
         future.set_exception(error)
     else:
         future.set_result(result)
+
+
+def _put_all(deliveries: list[tuple[OutputStream, RequestOutput]]) -> None:
+    for stream, output in deliveries:
+        stream.put(output)
