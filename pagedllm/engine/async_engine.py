@@ -2,7 +2,7 @@
 
 The engine object is touched only by that thread. The event loop talks to it through a
 command queue (add, abort, read stats, ...) and gets outputs back on per-caller asyncio
-queues via ``loop.call_soon_threadsafe``. When there is nothing to do the thread sleeps on
+queues, a step's outputs in one ``loop.call_soon_threadsafe``. When there is nothing to do the thread sleeps on
 a condition variable; it never spins.
 """
 
@@ -280,11 +280,13 @@ class AsyncEngine:
             logger.exception("engine step failed; aborting all requests")
             self._abort_all(RequestAborted(f"the engine failed while running this request: {exc}"))
             return
-        deliveries = [(stream, output) for output in outputs if (stream := self._stream_of(output)) is not None]
+        streams = [self._release_or_get_stream(output) for output in outputs]
+        deliveries = [(stream, output) for stream, output in zip(streams, outputs) if stream is not None]
         if deliveries:  # one wake-up of the event loop per step, not one per request
             self._to_loop(_put_all, deliveries)
 
-    def _stream_of(self, output: RequestOutput) -> OutputStream | None:
+    def _release_or_get_stream(self, output: RequestOutput) -> OutputStream | None:
+        """The stream the output goes to; a finished request's stream is released (and the observer told)."""
         if not output.finished:
             return self._streams.get(output.request_id)
         if self._observer is not None:
