@@ -295,7 +295,7 @@ class Kernel {
       const int64_t first = part.num_members > 1 ? 0 : std::max<int64_t>(0, key0 - t.first_key_pos) * group_;
       if (first >= num_rows) break;
       const int64_t n = std::min(kKeyTile, key_end - key0);
-      copy_keys(t, key0, key_begin, key_end, n, s);
+      copy_keys(t, key0, key_begin, key_end, s);
       const int64_t first_vec = first / kLanes;
       if (lanes) {  // scores [key][row]: rows in vector lanes
         score_lanes(s, width, first_vec, n);
@@ -356,7 +356,7 @@ class Kernel {
   // among them are scored: the blocks lie anywhere in the pool, and one tight copy loop that reads several
   // blocks in turn keeps more reads in flight than loads spread through the score and output loops
   // (docs/attention.md).
-  void copy_keys(const Tile& t, int64_t key0, int64_t key_begin, int64_t key_end, int64_t n, Scratch& s) const {
+  void copy_keys(const Tile& t, int64_t key0, int64_t key_begin, int64_t key_end, Scratch& s) const {
     T* k_copy = reinterpret_cast<T*>(s.kv_copy.data());
     T* v_copy = k_copy + kCopyKeys * kDim;
     const int64_t at = (key0 - key_begin) % kCopyKeys;  // key0's row in the copy

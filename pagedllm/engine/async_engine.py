@@ -2,8 +2,8 @@
 
 The engine object is touched only by that thread. The event loop talks to it through a
 command queue (add, abort, read stats, ...) and gets outputs back on per-caller asyncio
-queues, a step's outputs in one ``loop.call_soon_threadsafe``. When there is nothing to do the thread sleeps on
-a condition variable; it never spins.
+queues, a step's outputs in one ``loop.call_soon_threadsafe``. When there is nothing to do
+the thread sleeps on a condition variable; it never spins.
 """
 
 from __future__ import annotations
