@@ -27,8 +27,11 @@ def load_build(path: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(Path(path).name.split(".")[0], path)
     if spec is None or spec.loader is None:
         raise SystemExit(f"not a loadable extension: {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:  # an extension module is loaded (dlopen) when it is created
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except ImportError as exc:  # missing file, not a shared object, or built for another torch
+        raise SystemExit(f"not a loadable extension: {path} ({exc})") from None
     return module
 
 
