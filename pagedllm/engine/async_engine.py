@@ -1,6 +1,7 @@
 """AsyncEngine: the synchronous LLMEngine stepped in one background thread beside an asyncio loop.
 
-The engine object is touched only by that thread. The event loop talks to it through a
+The engine object is touched only by that thread (an EngineThread, which may also have built it:
+see engine_thread.py for why that matters on the CPU). The event loop talks to it through a
 command queue (add, abort, read stats, ...) and gets outputs back on per-caller asyncio
 queues, a step's outputs in one ``loop.call_soon_threadsafe``. When there is nothing to do
 the thread sleeps on a condition variable; it never spins.
@@ -18,6 +19,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pagedllm.engine.engine_thread import EngineThread
 from pagedllm.engine.outputs import RequestOutput
 from pagedllm.engine.stats import EngineStats
 from pagedllm.sampling_params import SamplingParams
@@ -93,7 +95,8 @@ class _Command:
 class AsyncEngine:
     def __init__(self, engine: EngineProtocol, observer: FinishObserver | None = None,
                  max_waiting_requests: int | None = None, on_idle: Callable[[], Any] | None = None,
-                 on_fatal: Callable[[BaseException], Any] | None = None) -> None:
+                 on_fatal: Callable[[BaseException], Any] | None = None,
+                 thread: EngineThread | None = None) -> None:
         self._engine = engine
         self._on_idle = on_idle  # run on the engine thread each time the last request ends
         self._on_fatal = on_fatal  # run on the event loop once the engine can no longer step
@@ -117,15 +120,16 @@ class AsyncEngine:
         self._busy = False
         self._stats_time = 0.0
         self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._given_thread = thread  # the one that built the engine, if any; else start() makes one
+        self._thread: EngineThread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # ---- event-loop side ---------------------------------------------------------------
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._thread = threading.Thread(target=self._run, name="pagedllm-engine", daemon=True)
-        self._thread.start()
+        self._thread = self._given_thread or EngineThread()
+        self._thread.run_forever(self._run)
 
     @property
     def running(self) -> bool:

@@ -42,6 +42,7 @@ def load_engine(config: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pagedllm.engine.engine_thread import EngineThread
     from pagedllm.entrypoints.openai_server import bind, build_server
     from pagedllm.entrypoints.server.memory import bound_onednn_cache
     from pagedllm.errors import InvalidInputError
@@ -54,11 +55,13 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError("--api-key must not be empty or blank")
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(message)s")
     bound_onednn_cache()
-    engine = load_engine(engine_config_from_args(args))
+    config = engine_config_from_args(args)
+    engine_thread = EngineThread()  # builds the engine and then steps it: one OpenMP team
+    engine = engine_thread.call(lambda: load_engine(config))
     sock = bind(args.host, args.port)
     server = build_server(engine, args.host, args.port, args.max_waiting_requests,
                           args.shutdown_timeout, args.log_level, api_key=args.api_key,
-                          max_request_bytes=args.max_request_bytes)
+                          max_request_bytes=args.max_request_bytes, engine_thread=engine_thread)
     _log_startup(engine, args.host, sock.getsockname()[1])
     warn_if_exposed(args.host, sock.getsockname()[1], args.api_key)
     try:
