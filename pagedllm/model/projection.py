@@ -1,15 +1,22 @@
-"""Projection: y = x Wᵀ + b over a loaded weight, prepacked for oneDNN where that is faster.
+"""Projection: y = x Wᵀ + b over a loaded weight, packed once at load for the matmul that runs it fastest.
 
-The weight is reordered once, at load, into the blocked layout oneDNN's matmul reads
-(`_reorder_linear_weight`). A weight merely converted to oneDNN's plain layout (`to_mkldnn`) is reordered
-again on every call: at 32 rows that measured 133 against 170 GFLOP/s in float32 and 228 against 310 in
-bfloat16 (docs/models.md). Packing copies the weight once; the dense weight stays the model's parameter
-(state_dict, HF names).
+- float32 on a CPU with AVX-512, when the compiled kernels loaded: pagedllm's own matmul
+  (pagedllm/csrc/linear.cpp) over the weight packed into panels of 48 columns. It prefetches the weights
+  it reads next, so it beats oneDNN where a decode step streams every weight from memory for a few rows
+  (1.1-1.6x at 1-64 rows) and matches it from 128 rows up (docs/models.md).
+- Otherwise oneDNN, the weight reordered into the blocked layout its matmul reads (`_reorder_linear_weight`).
+  A weight merely converted to oneDNN's plain layout (`to_mkldnn`) is reordered again on every call: at 32
+  rows that measured 133 against 170 GFLOP/s in float32 and 228 against 310 in bfloat16.
+
+Packing copies the weight once; the dense weight stays the model's parameter (state_dict, HF names).
 """
+
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
 
+from pagedllm.kernels import load_cpu_kernels
 from pagedllm.model.dtype import has_native_bf16
 
 
@@ -30,15 +37,30 @@ def packed_weight(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_BATCH_HINT)
 
 
+def linear_kernels(dtype: torch.dtype) -> ModuleType | None:
+    """The compiled kernels if they hold pagedllm's own matmul for this dtype on this CPU (float32, AVX-512)."""
+    module = load_cpu_kernels() if dtype == torch.float32 else None
+    return module if module is not None and module.has_linear_kernel() else None
+
+
 class Projection:
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, pack: bool) -> None:
         self.weight, self.bias = weight, bias  # weight: [out, in]
-        # oneDNN packs CPU weights only; on a GPU the dense weight is what the matmul wants
-        self._packed = packed_weight(weight) if pack and weight.device.type == "cpu" else None
+        self._kernels: ModuleType | None = None
+        self._packed: torch.Tensor | None = None
+        if not pack or weight.device.type != "cpu":  # on a GPU the dense weight is what the matmul wants
+            return
+        self._kernels = linear_kernels(weight.dtype)
+        if self._kernels is not None:
+            self._packed = self._kernels.pack_linear(weight.detach().contiguous())
+        else:
+            self._packed = packed_weight(weight)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x: [T, in] -> [T, out]."""
         if self._packed is None:
             return F.linear(x, self.weight, self.bias)
+        if self._kernels is not None:
+            return self._kernels.linear(x.contiguous(), self._packed, self.bias, self.weight.shape[0])
         # dense in, dense out: only the weight lives in oneDNN's layout
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self._packed, self.bias, "none", [], "")

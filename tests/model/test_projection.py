@@ -1,23 +1,71 @@
-"""The packed (oneDNN) projection is the same float32 matmul as torch's linear."""
+"""The packed projections (pagedllm's own float32 matmul, oneDNN) are the same matmul as torch's linear."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from pagedllm.model.projection import Projection, can_pack
+import pagedllm.model.projection as projection
+from pagedllm.model.projection import Projection, can_pack, linear_kernels
+
+needs_linear_kernel = pytest.mark.skipif(linear_kernels(torch.float32) is None,
+                                         reason="no compiled linear kernel here (it needs AVX-512 and a compiler)")
 
 
-@pytest.mark.skipif(not can_pack(torch.float32), reason="this torch build has no oneDNN")
-@pytest.mark.parametrize("rows,out_features,in_features,bias", [(1, 64, 32, False), (37, 1728, 576, True), (300, 96, 160, False)])
-def test_packed_projection_equals_linear(rows, out_features, in_features, bias):
-    torch.manual_seed(rows)
+def check_projection(rows: int, out_features: int, in_features: int, bias: bool) -> Projection:
+    torch.manual_seed(rows * 7 + out_features)
     x = torch.randn(rows, in_features)
     weight = torch.randn(out_features, in_features)
     b = torch.randn(out_features) if bias else None
     expected = F.linear(x.double(), weight.double(), None if b is None else b.double())
-    packed = Projection(weight, b, pack=True)(x)
-    assert packed.dtype == torch.float32 and packed.shape == (rows, out_features)
-    torch.testing.assert_close(packed.double(), expected, rtol=1e-5, atol=1e-4)
+    proj = Projection(weight, b, pack=True)
+    got = proj(x)
+    assert got.dtype == torch.float32 and got.shape == (rows, out_features)
+    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-4)
+    return proj
+
+
+@pytest.mark.skipif(not can_pack(torch.float32), reason="this torch build has no oneDNN")
+@pytest.mark.parametrize("rows,out_features,in_features,bias", [(1, 64, 32, False), (37, 1728, 576, True), (300, 96, 160, False)])
+def test_onednn_projection_equals_linear(monkeypatch: pytest.MonkeyPatch, rows, out_features, in_features, bias):
+    monkeypatch.setattr(projection, "linear_kernels", lambda dtype: None)
+    assert check_projection(rows, out_features, in_features, bias)._kernels is None
+
+
+@needs_linear_kernel
+@pytest.mark.parametrize("rows", [1, 3, 8, 9, 64, 513, 1100])  # register tiles of 8 rows, passes of 512
+@pytest.mark.parametrize("out_features,in_features", [(1, 5), (47, 64), (48, 577), (49, 33), (1000, 576)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_kernel_equals_linear(rows, out_features, in_features, bias):
+    assert check_projection(rows, out_features, in_features, bias)._kernels is not None
+
+
+@needs_linear_kernel
+def test_linear_kernel_takes_strided_rows_and_no_rows():
+    torch.manual_seed(0)
+    weight = torch.randn(50, 40)
+    proj = Projection(weight, None, pack=True)
+    wide = torch.randn(6, 80)
+    torch.testing.assert_close(proj(wide[:, ::2]), F.linear(wide[:, ::2], weight), rtol=1e-5, atol=1e-5)
+    assert proj(torch.empty(0, 40)).shape == (0, 50)
+
+
+@needs_linear_kernel
+def test_linear_kernel_rejects_mismatched_inputs():
+    kernels = linear_kernels(torch.float32)
+    panels = kernels.pack_linear(torch.randn(50, 40))
+    with pytest.raises(RuntimeError, match="features"):
+        kernels.linear(torch.randn(3, 41), panels, None, 50)
+    with pytest.raises(RuntimeError, match="pack_linear"):
+        kernels.linear(torch.randn(3, 40), panels, None, 200)
+    with pytest.raises(RuntimeError, match="bias"):
+        kernels.linear(torch.randn(3, 40), panels, torch.randn(49), 50)
+    with pytest.raises(RuntimeError, match="float32"):
+        kernels.pack_linear(torch.randn(50, 40, dtype=torch.bfloat16))
+
+
+def test_only_float32_weights_use_the_linear_kernel():
+    assert linear_kernels(torch.bfloat16) is None
+    assert Projection(torch.randn(8, 4), None, pack=False)._packed is None
 
 
 @pytest.mark.parametrize("native", [True, False])
