@@ -179,40 +179,56 @@ torch::Tensor silu_mul_op(const torch::Tensor& x) {
   return out;
 }
 
-void check_f32_matrix(const torch::Tensor& t, const char* name) {
-  check_cpu(t, name);
-  TORCH_CHECK(t.scalar_type() == torch::kFloat32 && t.dim() == 2 && t.is_contiguous(), name,
-              " must be a contiguous 2-D float32 tensor");
+void check_matrix(const torch::Tensor& t, const char* name) {
+  check_float(t, name);
+  TORCH_CHECK(t.dim() == 2 && t.is_contiguous(), name, " must be a contiguous 2-D tensor");
 }
 
+bool has_linear_kernel_op(bool bfloat16) { return bfloat16 ? has_linear_kernel<bf16_t>() : has_linear_kernel<float>(); }
+
 torch::Tensor pack_linear_op(const torch::Tensor& weight) {
-  TORCH_CHECK(has_linear_kernel(), "this build has no linear kernel (it needs AVX-512)");
-  check_f32_matrix(weight, "weight");
+  check_matrix(weight, "weight");
+  TORCH_CHECK(has_linear_kernel_op(is_bf16(weight)), "this build has no linear kernel for ", weight.scalar_type());
   const int64_t n = weight.size(0), k = weight.size(1);
-  torch::Tensor panels = torch::empty({(n + kPanelCols - 1) / kPanelCols, k, kPanelCols}, weight.options());
-  pack_linear_weight(weight.data_ptr<float>(), n, k, panels.data_ptr<float>());
+  TORCH_CHECK(!is_bf16(weight) || k % 2 == 0, "a bfloat16 weight needs an even number of input features");
+  const int64_t rows = is_bf16(weight) ? panel_rows<bf16_t>(k) : panel_rows<float>(k);
+  const int64_t per_row = is_bf16(weight) ? 2 * kPanelCols : kPanelCols;
+  torch::Tensor panels = torch::empty({(n + kPanelCols - 1) / kPanelCols, rows, per_row}, weight.options());
+  if (is_bf16(weight))
+    pack_linear_weight<bf16_t>(static_cast<const bf16_t*>(weight.data_ptr()), n, k,
+                               static_cast<bf16_t*>(panels.data_ptr()));
+  else
+    pack_linear_weight<float>(weight.data_ptr<float>(), n, k, panels.data_ptr<float>());
   return panels;
 }
 
 torch::Tensor linear_op(const torch::Tensor& x, const torch::Tensor& panels, const c10::optional<torch::Tensor>& bias,
                         int64_t out_features) {
-  check_f32_matrix(x, "x");
+  check_matrix(x, "x");
   check_cpu(panels, "panels");
-  TORCH_CHECK(panels.scalar_type() == torch::kFloat32 && panels.is_contiguous() && panels.dim() == 3 &&
-                  panels.size(2) == kPanelCols && out_features > 0 &&
-                  panels.size(0) == (out_features + kPanelCols - 1) / kPanelCols,
-              "panels must come from pack_linear of an [out_features, in_features] weight");
-  TORCH_CHECK(x.size(1) == panels.size(1), "x has ", x.size(1), " features, the weight ", panels.size(1));
+  const bool bf16 = is_bf16(x);
+  const int64_t k = x.size(1);
+  TORCH_CHECK(panels.scalar_type() == x.scalar_type() && panels.is_contiguous() && panels.dim() == 3 &&
+                  out_features > 0 && panels.size(0) == (out_features + kPanelCols - 1) / kPanelCols &&
+                  panels.size(2) == (bf16 ? 2 : 1) * kPanelCols,
+              "panels must come from pack_linear of an [out_features, in_features] weight of x's dtype");
+  TORCH_CHECK(panels.size(1) == (bf16 ? panel_rows<bf16_t>(k) : panel_rows<float>(k)) && (!bf16 || k % 2 == 0),
+              "x has ", k, " features, not the weight's");
   if (bias) {
     check_cpu(*bias, "bias");
-    TORCH_CHECK(bias->scalar_type() == torch::kFloat32 && bias->is_contiguous() && bias->dim() == 1 &&
+    TORCH_CHECK(bias->scalar_type() == x.scalar_type() && bias->is_contiguous() && bias->dim() == 1 &&
                     bias->size(0) == out_features,
-                "bias must be a contiguous float32 [out_features] tensor");
+                "bias must be a contiguous [out_features] tensor of x's dtype");
   }
   torch::Tensor y = torch::empty({x.size(0), out_features}, x.options());
-  if (x.size(0) > 0)
-    linear_f32(x.data_ptr<float>(), x.size(0), x.size(1), panels.data_ptr<float>(),
-               bias ? bias->data_ptr<float>() : nullptr, out_features, y.data_ptr<float>());
+  if (x.size(0) == 0) return y;
+  if (bf16)
+    linear<bf16_t>(static_cast<const bf16_t*>(x.data_ptr()), x.size(0), k, static_cast<const bf16_t*>(panels.data_ptr()),
+                   bias ? static_cast<const bf16_t*>(bias->data_ptr()) : nullptr, out_features,
+                   static_cast<bf16_t*>(y.data_ptr()));
+  else
+    linear<float>(x.data_ptr<float>(), x.size(0), k, panels.data_ptr<float>(), bias ? bias->data_ptr<float>() : nullptr,
+                  out_features, y.data_ptr<float>());
   return y;
 }
 
@@ -228,8 +244,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("add_rms_norm", &pagedllm::add_rms_norm_op, "residual += x; x = rms_norm(residual) * weight (in place)");
   m.def("rotary", &pagedllm::rotary_op, "rotary embedding in place");
   m.def("silu_mul", &pagedllm::silu_mul_op, "silu(gate) * up of [rows, 2 * width]");
-  m.def("has_linear_kernel", &pagedllm::has_linear_kernel, "whether this build has the float32 linear kernel");
-  m.def("pack_linear", &pagedllm::pack_linear_op, "an [out, in] float32 weight packed for linear");
+  m.def("has_linear_kernel", &pagedllm::has_linear_kernel_op, "whether this build has the linear kernel for "
+        "float32 (False) or bfloat16 (True)", py::arg("bfloat16"));
+  m.def("pack_linear", &pagedllm::pack_linear_op, "an [out, in] weight packed for linear");
   m.def("linear", &pagedllm::linear_op, "x W^T + bias over a packed weight",
         py::arg("x"), py::arg("panels"), py::arg("bias"), py::arg("out_features"));
 }

@@ -1,15 +1,18 @@
-// The projections' float32 matmul: y = x W^T + bias over W packed into panels of 48 output columns.
+// The projections' matmul: y = x W^T + bias over W packed into panels of 48 output columns.
 //
 // Each thread takes a run of panels. For every panel, 8 rows of x at a time are multiplied into 8 x 48
-// outputs held in 24 registers: per step of k, three vectors of the panel are loaded and each of the 8 x
-// values is broadcast into three FMAs. A decode step streams all of the weights from memory for a few
-// dozen rows, so while a thread works on one panel it prefetches the next one, a few lines per step of k:
-// the memory reads overlap the FMAs. oneDNN's prepacked matmul does not, and at 1-64 rows this runs
-// 1.1-1.6x faster than it, at the same speed from 128 rows up (docs/models.md).
+// outputs held in 24 registers: per panel row, three vectors of the panel are loaded and each of the 8 x
+// values (bfloat16: pairs of values) is broadcast into three FMAs (bfloat16: pair dot products). A decode
+// step streams all of the weights from memory for a few dozen rows, so while a thread works on one panel
+// it prefetches the next, a few lines per panel row: the memory reads overlap the arithmetic. oneDNN's
+// prepacked matmul does not, and at 1-64 rows this runs 1.2-1.8x faster than it in float32, at the same
+// speed from 1024 rows up (docs/models.md).
 #include "linear.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
+#include <type_traits>
 
 #include "parallel.h"
 
@@ -19,17 +22,23 @@
 
 namespace pagedllm {
 
-void pack_linear_weight(const float* w, int64_t n, int64_t k, float* panels) {
-  const int64_t num_panels = (n + kPanelCols - 1) / kPanelCols;
+template <typename T>
+void pack_linear_weight(const T* w, int64_t n, int64_t k, T* panels) {
+  constexpr int64_t per_column = std::is_same_v<T, float> ? 1 : 2;
+  const int64_t num_panels = (n + kPanelCols - 1) / kPanelCols, rows = panel_rows<T>(k);
   parallel_chunks(num_panels, 1, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p)
-      for (int64_t i = 0; i < k; ++i)
-        for (int64_t j = 0; j < kPanelCols; ++j) {
-          const int64_t row = p * kPanelCols + j;
-          panels[(p * k + i) * kPanelCols + j] = row < n ? w[row * k + i] : 0.0f;
-        }
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < kPanelCols; ++j)
+          for (int64_t e = 0; e < per_column; ++e) {
+            const int64_t row = p * kPanelCols + j, input = i * per_column + e;
+            panels[((p * rows + i) * kPanelCols + j) * per_column + e] = row < n && input < k ? w[row * k + input] : T{};
+          }
   });
 }
+
+template void pack_linear_weight<float>(const float*, int64_t, int64_t, float*);
+template void pack_linear_weight<bf16_t>(const bf16_t*, int64_t, int64_t, bf16_t*);
 
 #if defined(__AVX512F__)
 
@@ -37,6 +46,7 @@ namespace {
 
 constexpr int64_t kTileRows = 8;     // rows of x per register tile: 8 x 3 accumulators
 constexpr int64_t kRowChunk = 512;   // rows per pass over the weights (more: x no longer stays in cache)
+constexpr int64_t kPanelRowBytes = kPanelCols * 4;  // 3 cache lines, float32 or bfloat16 pairs alike
 
 // Lanes of vector c (columns 16c .. 16c + 15) that fall inside the panel's `cols` real columns.
 __mmask16 column_mask(int64_t cols, int c) {
@@ -44,77 +54,153 @@ __mmask16 column_mask(int64_t cols, int c) {
   return static_cast<__mmask16>((1u << lanes) - 1u);
 }
 
-// acc[r] += x[r] . panel over k, for kRows rows of x (k apart). With kPrefetch, the 3 lines of `next` for each
-// step of k are requested too (two loops rather than a test per step: the loop needs every register).
-template <int kRows, bool kPrefetch>
-inline void multiply(const float* x, int64_t k, const float* panel, const float* next, __m512 (&acc)[kRows][3]) {
-  for (int64_t i = 0; i < k; ++i) {
-    const float* w = panel + i * kPanelCols;
-    if (kPrefetch)
-      for (int c = 0; c < 3; ++c)
-        _mm_prefetch(reinterpret_cast<const char*>(next + i * kPanelCols + 16 * c), _MM_HINT_T1);
-    const __m512 w0 = _mm512_loadu_ps(w), w1 = _mm512_loadu_ps(w + 16), w2 = _mm512_loadu_ps(w + 32);
-    for (int r = 0; r < kRows; ++r) {
-      const __m512 a = _mm512_set1_ps(x[r * k + i]);
-      acc[r][0] = _mm512_fmadd_ps(a, w0, acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(a, w1, acc[r][1]);
-      acc[r][2] = _mm512_fmadd_ps(a, w2, acc[r][2]);
+void prefetch_row(const void* next, int64_t i) {
+  const char* line = static_cast<const char*>(next) + i * kPanelRowBytes;
+  for (int c = 0; c < 3; ++c) _mm_prefetch(line + 64 * c, _MM_HINT_T1);
+}
+
+// float32: acc[r] += x[r, i] * panel row i, over the k panel rows.
+struct F32 {
+  using T = float;
+  static __m512 load_bias(const float* bias, __mmask16 mask) { return _mm512_maskz_loadu_ps(mask, bias); }
+  static void store(float* y, __mmask16 mask, __m512 v) { _mm512_mask_storeu_ps(y, mask, v); }
+
+  // With kPrefetch the lines of `next` are requested too (two loops rather than a test per step: the loop
+  // needs every register).
+  template <int kRows, bool kPrefetch>
+  static void multiply(const float* x, int64_t k, const float* panel, const float* next, __m512 (&acc)[kRows][3]) {
+    for (int64_t i = 0; i < k; ++i) {
+      const float* w = panel + i * kPanelCols;
+      if (kPrefetch) prefetch_row(next, i);
+      const __m512 w0 = _mm512_loadu_ps(w), w1 = _mm512_loadu_ps(w + 16), w2 = _mm512_loadu_ps(w + 32);
+      for (int r = 0; r < kRows; ++r) {
+        const __m512 a = _mm512_set1_ps(x[r * k + i]);
+        acc[r][0] = _mm512_fmadd_ps(a, w0, acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(a, w1, acc[r][1]);
+        acc[r][2] = _mm512_fmadd_ps(a, w2, acc[r][2]);
+      }
     }
   }
-}
+};
+
+#if defined(__AVX512BF16__)
+// bfloat16: acc[r] += x[r, 2i] * w[2i] + x[r, 2i + 1] * w[2i + 1] per column, over the k / 2 panel rows.
+struct BF16 {
+  using T = bf16_t;
+  static __m512 load_bias(const bf16_t* bias, __mmask16 mask) {
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, bias));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+  }
+  static void store(bf16_t* y, __mmask16 mask, __m512 v) {  // rounded to nearest even
+    _mm256_mask_storeu_epi16(y, mask, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+  }
+
+  template <int kRows, bool kPrefetch>
+  static void multiply(const bf16_t* x, int64_t k, const bf16_t* panel, const bf16_t* next,
+                       __m512 (&acc)[kRows][3]) {
+    for (int64_t i = 0; i < k / 2; ++i) {
+      const bf16_t* w = panel + i * 2 * kPanelCols;
+      if (kPrefetch) prefetch_row(next, i);
+      const __m512bh w0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(w));
+      const __m512bh w1 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(w + 32));
+      const __m512bh w2 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(w + 64));
+      for (int r = 0; r < kRows; ++r) {
+        int32_t pair;
+        std::memcpy(&pair, x + r * k + 2 * i, sizeof pair);
+        const __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
+        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a, w0);
+        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, w1);
+        acc[r][2] = _mm512_dpbf16_ps(acc[r][2], a, w2);
+      }
+    }
+  }
+};
+#endif
 
 // y[r, 0 .. cols) = x[r] . panel + bias for kRows rows (x rows k apart, y rows ldy apart). `next`: the panel
 // this thread reads after this one, or null.
-template <int kRows>
-void tile(const float* x, int64_t k, const float* panel, const float* next, const float* bias, int64_t cols,
-          float* y, int64_t ldy) {
+template <typename Op, int kRows>
+void tile(const typename Op::T* x, int64_t k, const typename Op::T* panel, const typename Op::T* next,
+          const typename Op::T* bias, int64_t cols, typename Op::T* y, int64_t ldy) {
   __m512 acc[kRows][3];
   for (int c = 0; c < 3; ++c) {
-    const __m512 start = bias ? _mm512_maskz_loadu_ps(column_mask(cols, c), bias + 16 * c) : _mm512_setzero_ps();
+    const __m512 start = bias ? Op::load_bias(bias + 16 * c, column_mask(cols, c)) : _mm512_setzero_ps();
     for (int r = 0; r < kRows; ++r) acc[r][c] = start;
   }
   if (next != nullptr)
-    multiply<kRows, true>(x, k, panel, next, acc);
+    Op::template multiply<kRows, true>(x, k, panel, next, acc);
   else
-    multiply<kRows, false>(x, k, panel, nullptr, acc);
+    Op::template multiply<kRows, false>(x, k, panel, nullptr, acc);
   for (int r = 0; r < kRows; ++r)
-    for (int c = 0; c < 3; ++c) _mm512_mask_storeu_ps(y + r * ldy + 16 * c, column_mask(cols, c), acc[r][c]);
+    for (int c = 0; c < 3; ++c) Op::store(y + r * ldy + 16 * c, column_mask(cols, c), acc[r][c]);
 }
 
-using TileFn = void (*)(const float*, int64_t, const float*, const float*, const float*, int64_t, float*, int64_t);
-constexpr TileFn kTiles[kTileRows + 1] = {nullptr,  tile<1>, tile<2>, tile<3>, tile<4>,
-                                          tile<5>, tile<6>, tile<7>, tile<8>};
-
-}  // namespace
-
-bool has_linear_kernel() { return true; }
-
-void linear_f32(const float* x, int64_t m, int64_t k, const float* panels, const float* bias, int64_t n, float* y) {
+template <typename Op>
+void run(const typename Op::T* x, int64_t m, int64_t k, const typename Op::T* panels, const typename Op::T* bias,
+         int64_t n, typename Op::T* y) {
+  using T = typename Op::T;
+  using TileFn = void (*)(const T*, int64_t, const T*, const T*, const T*, int64_t, T*, int64_t);
+  static constexpr TileFn tiles[kTileRows + 1] = {nullptr,        tile<Op, 1>, tile<Op, 2>, tile<Op, 3>, tile<Op, 4>,
+                                                  tile<Op, 5>, tile<Op, 6>, tile<Op, 7>, tile<Op, 8>};
   const int64_t num_panels = (n + kPanelCols - 1) / kPanelCols;
+  const int64_t panel_size = panel_rows<T>(k) * kPanelRowBytes / static_cast<int64_t>(sizeof(T));
   for (int64_t m0 = 0; m0 < m; m0 += kRowChunk) {
     const int64_t rows = std::min(kRowChunk, m - m0);
     parallel_chunks(num_panels, 1, [&](int64_t begin, int64_t end) {
       for (int64_t p = begin; p < end; ++p) {
-        const float* panel = panels + p * k * kPanelCols;
-        const float* next = p + 1 < end ? panel + k * kPanelCols : nullptr;
-        const float* panel_bias = bias ? bias + p * kPanelCols : nullptr;
+        const T* panel = panels + p * panel_size;
+        const T* next = p + 1 < end ? panel + panel_size : nullptr;
+        const T* panel_bias = bias ? bias + p * kPanelCols : nullptr;
         const int64_t cols = std::min(kPanelCols, n - p * kPanelCols);
-        for (int64_t r = 0; r < rows; r += kTileRows) {
-          const int64_t tile_rows = std::min(kTileRows, rows - r);
-          kTiles[tile_rows](x + (m0 + r) * k, k, panel, r == 0 ? next : nullptr, panel_bias, cols,
-                            y + (m0 + r) * n + p * kPanelCols, n);
-        }
+        for (int64_t r = 0; r < rows; r += kTileRows)
+          tiles[std::min(kTileRows, rows - r)](x + (m0 + r) * k, k, panel, r == 0 ? next : nullptr, panel_bias,
+                                               cols, y + (m0 + r) * n + p * kPanelCols, n);
       }
     });
   }
 }
 
-#else  // no AVX-512: the projections stay on oneDNN
+}  // namespace
 
-bool has_linear_kernel() { return false; }
+template <>
+bool has_linear_kernel<float>() { return true; }
 
-void linear_f32(const float*, int64_t, int64_t, const float*, const float*, int64_t, float*) {
-  throw std::runtime_error("linear_f32 needs AVX-512; this build has none");
+template <>
+void linear<float>(const float* x, int64_t m, int64_t k, const float* panels, const float* bias, int64_t n, float* y) {
+  run<F32>(x, m, k, panels, bias, n, y);
+}
+
+#else  // no AVX-512
+
+template <>
+bool has_linear_kernel<float>() { return false; }
+
+template <>
+void linear<float>(const float*, int64_t, int64_t, const float*, const float*, int64_t, float*) {
+  throw std::runtime_error("the float32 linear kernel needs AVX-512; this build has none");
+}
+
+#endif
+
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+
+template <>
+bool has_linear_kernel<bf16_t>() { return true; }
+
+template <>
+void linear<bf16_t>(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n,
+                    bf16_t* y) {
+  run<BF16>(x, m, k, panels, bias, n, y);
+}
+
+#else  // no AVX512-BF16
+
+template <>
+bool has_linear_kernel<bf16_t>() { return false; }
+
+template <>
+void linear<bf16_t>(const bf16_t*, int64_t, int64_t, const bf16_t*, const bf16_t*, int64_t, bf16_t*) {
+  throw std::runtime_error("the bfloat16 linear kernel needs AVX512-BF16; this build has none");
 }
 
 #endif

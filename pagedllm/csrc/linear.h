@@ -1,20 +1,35 @@
-// y = x W^T (+ bias) in float32 for the model's projections, over weights packed once at load.
+// y = x W^T (+ bias) for the model's projections, over weights packed once at load (float32, bfloat16).
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
+
+#include "vec.h"
 
 namespace pagedllm {
 
-constexpr int64_t kPanelCols = 48;  // output columns of one packed panel: three 16-float vectors
+constexpr int64_t kPanelCols = 48;  // output columns of one packed panel: three vectors of 16
 
-// Whether this build has the kernel (it needs AVX-512; without it the projections stay on oneDNN).
+// Whether this build has the kernel for T: float32 needs AVX-512, bfloat16 AVX512-BF16 as well. Without
+// it the projections stay on oneDNN.
+template <typename T>
 bool has_linear_kernel();
 
-// w: [n, k] row-major -> panels: [ceil(n / 48), k, 48], column j of panel p = row p * 48 + j of w; the
-// columns past n are zero.
-void pack_linear_weight(const float* w, int64_t n, int64_t k, float* panels);
+// Rows of one panel for k input features: a row holds, for each of the 48 columns, one input (float32) or
+// a pair of consecutive inputs (bfloat16, the operand layout of the bf16 dot-product instruction).
+template <typename T>
+int64_t panel_rows(int64_t k) {
+  return std::is_same_v<T, float> ? k : (k + 1) / 2;
+}
 
-// y [m, n] = x [m, k] . W^T + bias (bias may be null); x and y contiguous.
-void linear_f32(const float* x, int64_t m, int64_t k, const float* panels, const float* bias, int64_t n, float* y);
+// w: [n, k] row-major -> panels [ceil(n / 48), panel_rows(k), 48 * (1 or 2)]; what lies past n columns or
+// k inputs is zero.
+template <typename T>
+void pack_linear_weight(const T* w, int64_t n, int64_t k, T* panels);
+
+// y [m, n] = x [m, k] . W^T + bias (bias may be null), accumulated in float32; x and y contiguous. bfloat16
+// needs an even k (each step reads a pair of inputs).
+template <typename T>
+void linear(const T* x, int64_t m, int64_t k, const T* panels, const T* bias, int64_t n, T* y);
 
 }  // namespace pagedllm

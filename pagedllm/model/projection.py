@@ -38,9 +38,12 @@ def packed_weight(weight: torch.Tensor) -> torch.Tensor:
 
 
 def linear_kernels(dtype: torch.dtype) -> ModuleType | None:
-    """The compiled kernels if they hold pagedllm's own matmul for this dtype on this CPU (float32, AVX-512)."""
-    module = load_cpu_kernels() if dtype == torch.float32 else None
-    return module if module is not None and module.has_linear_kernel() else None
+    """The compiled kernels if they hold pagedllm's own matmul for this dtype on this CPU: float32 with
+    AVX-512, bfloat16 with AVX512-BF16 too."""
+    if dtype not in (torch.float32, torch.bfloat16):
+        return None
+    module = load_cpu_kernels()
+    return module if module is not None and module.has_linear_kernel(dtype == torch.bfloat16) else None
 
 
 class Projection:
@@ -50,8 +53,9 @@ class Projection:
         self._packed: torch.Tensor | None = None
         if not pack or weight.device.type != "cpu":  # on a GPU the dense weight is what the matmul wants
             return
-        self._kernels = linear_kernels(weight.dtype)
-        if self._kernels is not None:
+        kernels = linear_kernels(weight.dtype)
+        if kernels is not None and (weight.dtype == torch.float32 or weight.shape[1] % 2 == 0):
+            self._kernels = kernels
             self._packed = self._kernels.pack_linear(weight.detach().contiguous())
         else:
             self._packed = packed_weight(weight)

@@ -59,12 +59,44 @@ def test_linear_kernel_rejects_mismatched_inputs():
         kernels.linear(torch.randn(3, 40), panels, None, 200)
     with pytest.raises(RuntimeError, match="bias"):
         kernels.linear(torch.randn(3, 40), panels, torch.randn(49), 50)
-    with pytest.raises(RuntimeError, match="float32"):
-        kernels.pack_linear(torch.randn(50, 40, dtype=torch.bfloat16))
+    with pytest.raises(RuntimeError, match="dtype"):
+        kernels.linear(torch.randn(3, 40, dtype=torch.bfloat16), panels, None, 50)
+    with pytest.raises(RuntimeError, match="float32 or bfloat16"):
+        kernels.pack_linear(torch.randn(50, 40, dtype=torch.float64))
 
 
-def test_only_float32_weights_use_the_linear_kernel():
-    assert linear_kernels(torch.bfloat16) is None
+needs_bf16_linear_kernel = pytest.mark.skipif(linear_kernels(torch.bfloat16) is None,
+                                              reason="no bfloat16 linear kernel here (it needs AVX512-BF16)")
+
+
+@needs_bf16_linear_kernel
+@pytest.mark.parametrize("rows", [1, 9, 513])
+@pytest.mark.parametrize("out_features,in_features", [(1, 2), (47, 64), (49, 34), (1000, 576)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_bf16_linear_kernel_equals_linear(rows, out_features, in_features, bias):
+    torch.manual_seed(rows + out_features)
+    x = torch.randn(rows, in_features, dtype=torch.bfloat16)
+    weight = torch.randn(out_features, in_features, dtype=torch.bfloat16)
+    b = torch.randn(out_features, dtype=torch.bfloat16) if bias else None
+    proj = Projection(weight, b, pack=True)
+    got = proj(x)
+    assert proj._kernels is not None and got.dtype == torch.bfloat16 and got.shape == (rows, out_features)
+    # float32 sums of the exact bf16 products, rounded once to bfloat16 (half an ulp: 2^-9 relative)
+    expected = F.linear(x.float(), weight.float(), None if b is None else b.float())
+    torch.testing.assert_close(got.float(), expected, rtol=2**-8, atol=1e-3)
+
+
+@needs_bf16_linear_kernel
+def test_bf16_weight_with_odd_inputs_stays_on_onednn():
+    torch.manual_seed(0)
+    weight, x = torch.randn(20, 33, dtype=torch.bfloat16), torch.randn(5, 33, dtype=torch.bfloat16)
+    proj = Projection(weight, None, pack=True)
+    assert proj._kernels is None and proj._packed is not None
+    torch.testing.assert_close(proj(x).float(), F.linear(x, weight).float(), rtol=1e-2, atol=1e-2)
+
+
+def test_only_float_weights_on_the_cpu_use_the_linear_kernel():
+    assert linear_kernels(torch.float16) is None
     assert Projection(torch.randn(8, 4), None, pack=False)._packed is None
 
 
