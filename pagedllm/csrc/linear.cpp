@@ -83,7 +83,7 @@ struct F32 {
   }
 };
 
-#if defined(__AVX512BF16__)
+#if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 // bfloat16: acc[r] += x[r, 2i] * w[2i] + x[r, 2i + 1] * w[2i + 1] per column, over the k / 2 panel rows.
 struct BF16 {
   using T = bf16_t;
@@ -182,7 +182,7 @@ void linear<float>(const float*, int64_t, int64_t, const float*, const float*, i
 
 #endif
 
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 
 template <>
 bool has_linear_kernel<bf16_t>() { return true; }

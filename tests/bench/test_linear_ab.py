@@ -1,0 +1,17 @@
+"""linear_ab runs both matmuls on the model's shapes and prints one line per batch of rows."""
+
+import re
+
+import pytest
+import torch
+
+from pagedllm.bench import linear_ab
+from pagedllm.model.projection import linear_kernels
+
+
+@pytest.mark.skipif(linear_kernels(torch.float32) is None, reason="no compiled linear kernel here (needs AVX-512)")
+def test_linear_ab_prints_both_rates(capsys: pytest.CaptureFixture[str]) -> None:
+    assert linear_ab.main(["--layers", "1", "--rows", "3", "--repeats", "1", "--threads", "1"]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    match = re.fullmatch(r"rows +3 +oneDNN +(\d+) +pagedllm +(\d+) +x\d+\.\d\d", line)
+    assert match and all(int(rate) > 0 for rate in match.groups())
