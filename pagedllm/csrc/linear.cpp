@@ -5,8 +5,8 @@
 // values (bfloat16: pairs of values) is broadcast into three FMAs (bfloat16: pair dot products). A decode
 // step streams all of the weights from memory for a few dozen rows, so while a thread works on one panel
 // it prefetches the next, a few lines per panel row: the memory reads overlap the arithmetic. oneDNN's
-// prepacked matmul does not, and at 1-64 rows this runs 1.2-1.8x faster than it in float32, at the same
-// speed from 1024 rows up (docs/models.md).
+// prepacked matmul does not, and at 1-64 rows this runs 1.2-1.9x faster than it, at the same speed from
+// 1024 rows up (docs/models.md).
 #include "linear.h"
 
 #include <algorithm>
