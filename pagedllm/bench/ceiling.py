@@ -2,14 +2,16 @@
 
     python -m pagedllm.bench.ceiling [--dtype float32] [--threads 2] [--tokens 64 512 1024]
 
-Times one decoder layer's projections (fused q/k/v, o, fused gate/up, down: packed as the engine runs them,
-for pagedllm's matmul where the CPU has AVX-512, else for oneDNN) and the LM head at a batch of T tokens, and prints GFLOP/s. A workload's matmul work
-is 2 x 106.2 M FLOP per token the model processes plus 2 x 28.3 M per sampled token (the LM head), so
-its fastest possible time is that work over the measured rate. Not a test.
+Times one decoder layer's projections (fused q/k/v, o, fused gate/up, down: packed as the engine runs
+them, for pagedllm's matmul where the CPU has AVX-512, else for oneDNN) and the LM head at a batch of T
+tokens, and prints GFLOP/s. A workload's matmul work is 2 x 106.2 M FLOP per token the model processes
+plus 2 x 28.3 M per sampled token (the LM head), so its fastest possible time is that work over the
+measured rate. Not a test.
 """
 
 import argparse
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -21,18 +23,28 @@ FLOP_PER_TOKEN = 2 * LAYERS * sum(o * i for o, i in LAYER_SHAPES)  # ~0.2123 GFL
 FLOP_PER_SAMPLED_TOKEN = 2 * VOCAB * HIDDEN  # ~0.0566 GFLOP
 
 
+def best_rate(run: Callable[[], object], flop: int, repeats: int) -> float:
+    """GFLOP/s of `run` doing `flop`, best wall time of `repeats` passes after one that warms up (oneDNN's
+    primitive cache, first touches)."""
+    run()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return flop / best / 1e9
+
+
 def rate(shapes: list[tuple[int, int]], tokens: int, dtype: torch.dtype, repeats: int) -> float:
     """GFLOP/s of running every (out, in) projection once over `tokens` rows, best of `repeats`."""
     projections = [Projection(torch.randn(o, i).to(dtype), None, can_pack(dtype)) for o, i in shapes]
     inputs = [torch.randn(tokens, i).to(dtype) for _, i in shapes]
-    flop = 2 * tokens * sum(o * i for o, i in shapes)
-    best = float("inf")
-    for _ in range(repeats + 1):  # the first pass warms oneDNN's primitive cache
-        start = time.perf_counter()
+
+    def run() -> None:
         for projection, x in zip(projections, inputs):
             projection(x)
-        best = min(best, time.perf_counter() - start)
-    return flop / best / 1e9
+
+    return best_rate(run, 2 * tokens * sum(o * i for o, i in shapes), repeats)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,23 +10,11 @@ Needs the compiled kernels and a CPU the kernel covers (AVX-512; AVX512-BF16 for
 """
 
 import argparse
-import time
-from collections.abc import Callable
 
 import torch
 
-from pagedllm.bench.ceiling import LAYER_SHAPES
+from pagedllm.bench.ceiling import LAYER_SHAPES, best_rate
 from pagedllm.model.projection import linear_kernels, packed_weight
-
-
-def best_rate(run: Callable[[], object], flop: int, repeats: int) -> float:
-    run()  # warm-up: oneDNN's primitive cache, first touches
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return flop / best / 1e9
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,8 @@
 // Python bindings: tensor checks here, raw-pointer kernels in the other files.
 #include <torch/extension.h>
 
+#include <array>
+
 #include "cache_ops.h"
 #include "layer_ops.h"
 #include "linear.h"
@@ -186,14 +188,17 @@ void check_matrix(const torch::Tensor& t, const char* name) {
 
 bool has_linear_kernel_op(bool bfloat16) { return bfloat16 ? has_linear_kernel<bf16_t>() : has_linear_kernel<float>(); }
 
+// The shape pack_linear gives a weight of n outputs and k inputs: [panels, panel rows, values per row].
+std::array<int64_t, 3> panel_shape(int64_t n, int64_t k, bool bf16) {
+  return {num_panels(n), bf16 ? panel_rows<bf16_t>(k) : panel_rows<float>(k), (bf16 ? 2 : 1) * kPanelCols};
+}
+
 torch::Tensor pack_linear_op(const torch::Tensor& weight) {
   check_matrix(weight, "weight");
   TORCH_CHECK(has_linear_kernel_op(is_bf16(weight)), "this build has no linear kernel for ", weight.scalar_type());
   const int64_t n = weight.size(0), k = weight.size(1);
   TORCH_CHECK(!is_bf16(weight) || k % 2 == 0, "a bfloat16 weight needs an even number of input features");
-  const int64_t rows = is_bf16(weight) ? panel_rows<bf16_t>(k) : panel_rows<float>(k);
-  const int64_t per_row = is_bf16(weight) ? 2 * kPanelCols : kPanelCols;
-  torch::Tensor panels = torch::empty({(n + kPanelCols - 1) / kPanelCols, rows, per_row}, weight.options());
+  torch::Tensor panels = torch::empty(panel_shape(n, k, is_bf16(weight)), weight.options());
   if (is_bf16(weight))
     pack_linear_weight<bf16_t>(static_cast<const bf16_t*>(weight.data_ptr()), n, k,
                                static_cast<bf16_t*>(panels.data_ptr()));
@@ -208,12 +213,11 @@ torch::Tensor linear_op(const torch::Tensor& x, const torch::Tensor& panels, con
   check_cpu(panels, "panels");
   const bool bf16 = is_bf16(x);
   const int64_t k = x.size(1);
+  const std::array<int64_t, 3> expected = panel_shape(out_features, k, bf16);
   TORCH_CHECK(panels.scalar_type() == x.scalar_type() && panels.is_contiguous() && panels.dim() == 3 &&
-                  out_features > 0 && panels.size(0) == (out_features + kPanelCols - 1) / kPanelCols &&
-                  panels.size(2) == (bf16 ? 2 : 1) * kPanelCols,
+                  out_features > 0 && panels.size(0) == expected[0] && panels.size(2) == expected[2],
               "panels must come from pack_linear of an [out_features, in_features] weight of x's dtype");
-  TORCH_CHECK(panels.size(1) == (bf16 ? panel_rows<bf16_t>(k) : panel_rows<float>(k)) && (!bf16 || k % 2 == 0),
-              "x has ", k, " features, not the weight's");
+  TORCH_CHECK(panels.size(1) == expected[1] && (!bf16 || k % 2 == 0), "x has ", k, " features, not the weight's");
   if (bias) {
     check_cpu(*bias, "bias");
     TORCH_CHECK(bias->scalar_type() == x.scalar_type() && bias->is_contiguous() && bias->dim() == 1 &&

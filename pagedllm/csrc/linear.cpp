@@ -25,8 +25,8 @@ namespace pagedllm {
 template <typename T>
 void pack_linear_weight(const T* w, int64_t n, int64_t k, T* panels) {
   constexpr int64_t per_column = std::is_same_v<T, float> ? 1 : 2;
-  const int64_t num_panels = (n + kPanelCols - 1) / kPanelCols, rows = panel_rows<T>(k);
-  parallel_chunks(num_panels, 1, [&](int64_t begin, int64_t end) {
+  const int64_t rows = panel_rows<T>(k);
+  parallel_chunks(num_panels(n), 1, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p)
       for (int64_t i = 0; i < rows; ++i)
         for (int64_t j = 0; j < kPanelCols; ++j)
@@ -142,11 +142,10 @@ void run(const typename Op::T* x, int64_t m, int64_t k, const typename Op::T* pa
   using TileFn = void (*)(const T*, int64_t, const T*, const T*, const T*, int64_t, T*, int64_t);
   static constexpr TileFn tiles[kTileRows + 1] = {nullptr,        tile<Op, 1>, tile<Op, 2>, tile<Op, 3>, tile<Op, 4>,
                                                   tile<Op, 5>, tile<Op, 6>, tile<Op, 7>, tile<Op, 8>};
-  const int64_t num_panels = (n + kPanelCols - 1) / kPanelCols;
   const int64_t panel_size = panel_rows<T>(k) * kPanelRowBytes / static_cast<int64_t>(sizeof(T));
   for (int64_t m0 = 0; m0 < m; m0 += kRowChunk) {
     const int64_t rows = std::min(kRowChunk, m - m0);
-    parallel_chunks(num_panels, 1, [&](int64_t begin, int64_t end) {
+    parallel_chunks(num_panels(n), 1, [&](int64_t begin, int64_t end) {
       for (int64_t p = begin; p < end; ++p) {
         const T* panel = panels + p * panel_size;
         const T* next = p + 1 < end ? panel + panel_size : nullptr;

@@ -22,6 +22,9 @@ int64_t panel_rows(int64_t k) {
   return std::is_same_v<T, float> ? k : (k + 1) / 2;
 }
 
+// Panels for n output columns (the last one zero-padded).
+inline int64_t num_panels(int64_t n) { return (n + kPanelCols - 1) / kPanelCols; }
+
 // w: [n, k] row-major -> panels [ceil(n / 48), panel_rows(k), 48 * (1 or 2)]; what lies past n columns or
 // k inputs is zero.
 template <typename T>
