@@ -6,6 +6,10 @@
 // online softmax per row in float32: running max m, running sum l, unnormalised output acc. Rows only see
 // keys up to their own position (causal over the cached prefix plus the new tokens).
 //
+// Two shapes of loop: with 8 or more rows (prefill, shared prefixes) 16 rows sit in the lanes of a vector,
+// for the scores, the softmax and the output alike (in bfloat16 with AVX512-BF16, as pair dot products of
+// bfloat16); with fewer (decodes) one dot product per (row, key), the keys of a tile in the lanes.
+//
 // A prefix of blocks that several sequences' tables share (prefix caching, forks) is attended once for all
 // of their rows together, and each of their tiles then walks only its own keys after it. When there are
 // too few tiles to keep every thread busy (a few long decodes), a tile's key range is also split into
@@ -37,6 +41,32 @@ constexpr int64_t kAutoPartition = 256;   // keys per part when splitting for id
 constexpr int64_t kMinSharedKeys = 64;    // the shortest common prefix worth attending once for its sequences
 constexpr int64_t kSharedRows = 96;       // most rows (sequences x group heads) of one shared-prefix part
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// bfloat16 pair dot products (vdpbf16ps): with them a bfloat16 cache's many-row loops multiply pairs of
+// bfloat16 values into float32 sums, twice the work per instruction of widening to float32 first.
+#if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+constexpr bool kHasPairDot = true;
+// acc + a[2i] b[2i] + a[2i+1] b[2i+1] in lane i, for a and b holding 16 pairs of bfloat16 each
+inline f32x16 pair_dot(f32x16 acc, u32x16 a, u32x16 b) {
+  return bit_cast<f32x16>(_mm512_dpbf16_ps(bit_cast<__m512>(acc), bit_cast<__m512bh>(a), bit_cast<__m512bh>(b)));
+}
+#else
+constexpr bool kHasPairDot = false;
+inline f32x16 pair_dot(f32x16 acc, u32x16, u32x16) { return acc; }  // never called: kHasPairDot is false
+#endif
+
+// The pair (lo, hi) of two bfloat16 values as one 32-bit word, lo in the low half (the order in memory).
+inline uint32_t load_pair(const bf16_t* p) {
+  uint32_t word;
+  std::memcpy(&word, p, sizeof word);
+  return word;
+}
+
+// Lane i: the bfloat16 of lo[i] in the low half, of hi[i] in the high half; lo and hi already hold
+// bfloat16 values (their low 16 bits are zero), so this truncation is exact.
+inline u32x16 pair_up(f32x16 lo, f32x16 hi) {
+  return (bit_cast<u32x16>(lo) >> 16) | (bit_cast<u32x16>(hi) & 0xFFFF0000u);
+}
 
 struct Tile {
   int64_t seq, kv_head;
@@ -211,6 +241,10 @@ struct Scratch {
   line_vector<float> q_lanes;   // [dim][padded rows]: the same, rows in vector lanes
   line_vector<float> scores;    // scores, then probabilities: [key][padded rows], or [row][key] for few rows
   line_vector<float> acc;       // [rows][dim]: unnormalised output
+  line_vector<float> acc_lanes; // [dim][padded rows]: the same while many rows are worked on, rows in lanes
+  // pair dot products (bfloat16): query pairs [dim / 2][padded rows], unscaled; probability pairs of
+  // consecutive keys [key / 2][padded rows]; value pairs of consecutive keys [key / 2][dim]
+  line_vector<uint32_t> q_pairs, p_pairs, v_pairs;
   line_vector<float> m, l, alpha, limit;  // [padded rows]; limit: the last key position a row may see
   line_vector<unsigned char> kv_copy;  // K rows, then V rows, of the keys being scored (cache dtype)
   const void* keys = nullptr;    // the current key tile's first K and V rows in kv_copy (rows head_dim apart)
@@ -222,6 +256,10 @@ struct Scratch {
     q_lanes.resize(dim * padded);
     scores.resize(kKeyTile * padded);
     acc.resize(rows * dim);
+    acc_lanes.resize(dim * padded);
+    q_pairs.resize(dim / 2 * padded);
+    p_pairs.resize(kKeyTile / 2 * padded);
+    v_pairs.resize(kKeyTile / 2 * dim);
     for (auto* v : {&m, &l, &alpha, &limit}) v->resize(padded);
   }
 };
@@ -238,11 +276,14 @@ template <typename T, int kChunks>
 class Kernel {
  public:
   static constexpr int64_t kDim = kChunks * kLanes;
-  // Rows whose 16-wide output slices stay in registers together while the value rows stream past: 8 for
-  // bfloat16, whose rows cost a widening per load, 4 for float32 (docs/attention.md).
+  // Few rows (decodes): rows whose 16-wide output slices stay in registers together while the value rows
+  // stream past: 8 for bfloat16, whose rows cost a widening per load, 4 for float32.
   static constexpr int64_t kRowBlock = std::is_same_v<T, float> ? 4 : 8;
-  static constexpr int64_t kMaxScoreVecs = 3;  // x 4 keys = 12 accumulators
+  static constexpr int64_t kMaxScoreVecs = 3;  // row vectors per pass of the many-row loops
+  static constexpr int64_t kPassKeys = 8;      // keys per score pass: 3 x 8 accumulators
+  static constexpr int64_t kPassDims = 8;      // head dims per value pass: 8 x 3 accumulators
   static constexpr int64_t kScoreRows = 4;     // few-row scores: rows sharing each key load
+  static constexpr bool kPairs = std::is_same_v<T, bf16_t> && kHasPairDot;  // many-row loops on pair dots
 
   explicit Kernel(const PagedAttentionArgs& a)
       : a_(a), group_(group_size(a)), cache_(static_cast<const T*>(a.kv_cache)),
@@ -300,12 +341,13 @@ class Kernel {
       if (lanes) {  // scores [key][row]: rows in vector lanes
         score_lanes(s, width, first_vec, n);
         softmax_lanes(s, width, first_vec, key0, n);
-        accumulate(s, first_vec * kLanes, num_rows, n, width, 1);
+        accumulate_lanes(s, width, first_vec, n);
       } else {  // scores [row][key]: keys in vector lanes
         score_softmax_rows(s, first, num_rows, key0, n);
-        accumulate(s, first, num_rows, n, 1, kKeyTile);
+        accumulate(s, first, num_rows, n);
       }
     }
+    if (lanes) rows_from_lanes(s, num_rows, width);
     if (part.slot < 0) {
       write_rows(t, s.acc.data(), s.l.data(), num_rows);
       return;
@@ -329,10 +371,19 @@ class Kernel {
         const T* src = query + token_index(t, r) * a_.query_token_stride + head_index(t, r) * kDim;
         for (int64_t c = 0; c < kChunks; ++c)
           store16(s.q_rows.data() + row * kDim + c * kLanes, load16(src + c * kLanes) * a_.scale);
+        if constexpr (kPairs)
+          if (lanes)
+            for (int64_t d = 0; d < kDim; d += 2) s.q_pairs[d / 2 * width + row] = load_pair(src + d);
       }
     }
     std::fill(s.acc.begin(), s.acc.begin() + num_rows * kDim, 0.0f);
     if (!lanes) return;
+    std::fill(s.acc_lanes.begin(), s.acc_lanes.begin() + kDim * width, 0.0f);
+    if (kPairs) {
+      for (int64_t d = 0; d < kDim; d += 2)
+        std::fill(s.q_pairs.begin() + d / 2 * width + num_rows, s.q_pairs.begin() + (d / 2 + 1) * width, 0u);
+      return;
+    }
     for (int64_t d = 0; d < kDim; ++d)
       for (int64_t r = 0; r < width; ++r) s.q_lanes[d * width + r] = r < num_rows ? s.q_rows[r * kDim + d] : 0.0f;
   }
@@ -391,24 +442,51 @@ class Kernel {
     }
   }
 
-  // kVecs row vectors x 4 keys per pass: each query load and each key broadcast feeds several FMAs.
+  // kVecs row vectors x kPassKeys keys per pass: each query load and each key broadcast feeds several FMAs.
   template <int kVecs>
   void score_lanes_block(Scratch& s, int64_t width, int64_t vec, int64_t n) const {
+    if constexpr (kPairs) {
+      score_lanes_pairs<kVecs>(s, width, vec, n);
+      return;
+    }
     const float* q = s.q_lanes.data() + vec * kLanes;
-    for (int64_t j = 0; j < n; j += 4) {
-      const T* k[4];
-      for (int64_t i = 0; i < 4; ++i) k[i] = key_row(s, std::min(j + i, n - 1));
-      f32x16 acc[kVecs][4] = {};
+    for (int64_t j = 0; j < n; j += kPassKeys) {
+      const T* k[kPassKeys];
+      for (int64_t i = 0; i < kPassKeys; ++i) k[i] = key_row(s, std::min(j + i, n - 1));
+      f32x16 acc[kVecs][kPassKeys] = {};
       for (int64_t d = 0; d < kDim; ++d) {
         f32x16 qd[kVecs];
         for (int64_t v = 0; v < kVecs; ++v) qd[v] = load16(q + d * width + v * kLanes);
-        for (int64_t i = 0; i < 4; ++i) {
+        for (int64_t i = 0; i < kPassKeys; ++i) {
           const float kd = to_float(k[i][d]);
           for (int64_t v = 0; v < kVecs; ++v) acc[v][i] += qd[v] * kd;
         }
       }
-      for (int64_t i = 0; i < 4 && j + i < n; ++i)
+      for (int64_t i = 0; i < kPassKeys && j + i < n; ++i)
         for (int64_t v = 0; v < kVecs; ++v) store16(s.scores.data() + (j + i) * width + (vec + v) * kLanes, acc[v][i]);
+    }
+  }
+
+  // The same over pairs of dims: each step multiplies a pair of query values by a broadcast pair of key
+  // values in one pair dot product. The queries are unscaled bfloat16 here: the scale comes last.
+  template <int kVecs>
+  void score_lanes_pairs(Scratch& s, int64_t width, int64_t vec, int64_t n) const {
+    const uint32_t* q = s.q_pairs.data() + vec * kLanes;
+    for (int64_t j = 0; j < n; j += kPassKeys) {
+      const T* k[kPassKeys];
+      for (int64_t i = 0; i < kPassKeys; ++i) k[i] = key_row(s, std::min(j + i, n - 1));
+      f32x16 acc[kVecs][kPassKeys] = {};
+      for (int64_t d = 0; d < kDim; d += 2) {
+        u32x16 qd[kVecs];
+        for (int64_t v = 0; v < kVecs; ++v) std::memcpy(&qd[v], q + d / 2 * width + v * kLanes, sizeof qd[v]);
+        for (int64_t i = 0; i < kPassKeys; ++i) {
+          const u32x16 kd = u32x16{} + load_pair(k[i] + d);
+          for (int64_t v = 0; v < kVecs; ++v) acc[v][i] = pair_dot(acc[v][i], qd[v], kd);
+        }
+      }
+      for (int64_t i = 0; i < kPassKeys && j + i < n; ++i)
+        for (int64_t v = 0; v < kVecs; ++v)
+          store16(s.scores.data() + (j + i) * width + (vec + v) * kLanes, acc[v][i] * a_.scale);
     }
   }
 
@@ -461,9 +539,16 @@ class Kernel {
     for (int64_t v = first_vec; v < width / kLanes; ++v) {
       const int64_t at = v * kLanes;
       const f32x16 limit = load16(s.limit.data() + at);
+      // below the diagonal every real row sees every key of the tile (padding rows, limit -1, are not read)
+      const float first_limit = -reduce_max(limit < 0.0f ? splat(kNegInf) : -limit);
+      const bool all_visible = static_cast<float>(key0 + n - 1) <= first_limit;
       f32x16 tile_max = splat(kNegInf);
       for (int64_t j = 0; j < n; ++j) {
         float* p = s.scores.data() + j * width + at;
+        if (all_visible) {
+          tile_max = vmax(tile_max, load16(p));
+          continue;
+        }
         const f32x16 masked = splat(static_cast<float>(key0 + j)) <= limit ? load16(p) : splat(kNegInf);
         store16(p, masked);
         tile_max = vmax(tile_max, masked);
@@ -475,7 +560,8 @@ class Kernel {
       f32x16 sum{};
       for (int64_t j = 0; j < n; ++j) {
         float* p = s.scores.data() + j * width + at;
-        const f32x16 e = fast_exp(load16(p) - shift);
+        f32x16 e = fast_exp(load16(p) - shift);
+        if (kPairs) e = round_to_bf16(e);  // the value loop multiplies them as bfloat16: l sums the same
         store16(p, e);
         sum += e;
       }
@@ -486,35 +572,124 @@ class Kernel {
   }
 
   // acc_r = alpha_r acc_r + sum_j p_rj v_j, up to kRowBlock rows at a time with their outputs in registers.
-  // p_rj = s.scores[j * key_stride + r * row_stride].
-  void accumulate(Scratch& s, int64_t first, int64_t num_rows, int64_t n, int64_t key_stride,
-                  int64_t row_stride) const {
+  // p_rj = s.scores[r * kKeyTile + j].
+  void accumulate(Scratch& s, int64_t first, int64_t num_rows, int64_t n) const {
     for (int64_t r0 = first; r0 < num_rows; r0 += kRowBlock) {
       switch (std::min(kRowBlock, num_rows - r0)) {
-        case 1: accumulate_rows<1>(s, r0, n, key_stride, row_stride); break;
-        case 2: accumulate_rows<2>(s, r0, n, key_stride, row_stride); break;
-        case 3: accumulate_rows<3>(s, r0, n, key_stride, row_stride); break;
-        case 4: accumulate_rows<4>(s, r0, n, key_stride, row_stride); break;
-        case 5: accumulate_rows<5>(s, r0, n, key_stride, row_stride); break;
-        case 6: accumulate_rows<6>(s, r0, n, key_stride, row_stride); break;
-        case 7: accumulate_rows<7>(s, r0, n, key_stride, row_stride); break;
-        default: accumulate_rows<kRowBlock>(s, r0, n, key_stride, row_stride); break;
+        case 1: accumulate_rows<1>(s, r0, n); break;
+        case 2: accumulate_rows<2>(s, r0, n); break;
+        case 3: accumulate_rows<3>(s, r0, n); break;
+        case 4: accumulate_rows<4>(s, r0, n); break;
+        case 5: accumulate_rows<5>(s, r0, n); break;
+        case 6: accumulate_rows<6>(s, r0, n); break;
+        case 7: accumulate_rows<7>(s, r0, n); break;
+        default: accumulate_rows<kRowBlock>(s, r0, n); break;
       }
     }
   }
 
   template <int kRows>
-  void accumulate_rows(Scratch& s, int64_t r0, int64_t n, int64_t key_stride, int64_t row_stride) const {
-    const float* p = s.scores.data() + r0 * row_stride;
+  void accumulate_rows(Scratch& s, int64_t r0, int64_t n) const {
+    const float* p = s.scores.data() + r0 * kKeyTile;
     for (int64_t c = 0; c < kChunks; ++c) {  // one 16-wide slice of the head at a time: kRows accumulators
       f32x16 out[kRows];
       for (int64_t b = 0; b < kRows; ++b) out[b] = load16(s.acc.data() + (r0 + b) * kDim + c * kLanes) * s.alpha[r0 + b];
       for (int64_t j = 0; j < n; ++j) {
         const f32x16 v = load16(value_row(s, j) + c * kLanes);
-        for (int64_t b = 0; b < kRows; ++b) out[b] += v * p[j * key_stride + b * row_stride];
+        for (int64_t b = 0; b < kRows; ++b) out[b] += v * p[b * kKeyTile + j];
       }
       for (int64_t b = 0; b < kRows; ++b) store16(s.acc.data() + (r0 + b) * kDim + c * kLanes, out[b]);
     }
+  }
+
+  // Many rows: acc_lanes[d] (16 rows per vector) = alpha acc_lanes[d] + sum_j p_j v_jd, with the probabilities
+  // of 16 rows in one vector and each value element broadcast (the transpose of `accumulate`: every load
+  // feeds several FMAs, where there one value slice feeds as many FMAs as rows it holds in registers).
+  void accumulate_lanes(Scratch& s, int64_t width, int64_t first_vec, int64_t n) const {
+    const int64_t vecs = width / kLanes - first_vec;
+    if constexpr (kPairs) make_pairs(s, width, first_vec, n);
+    for (int64_t v = 0; v < vecs; v += kMaxScoreVecs) {
+      switch (std::min(kMaxScoreVecs, vecs - v)) {
+        case 1: accumulate_lanes_block<1>(s, width, first_vec + v, n); break;
+        case 2: accumulate_lanes_block<2>(s, width, first_vec + v, n); break;
+        default: accumulate_lanes_block<kMaxScoreVecs>(s, width, first_vec + v, n); break;
+      }
+    }
+  }
+
+  template <int kVecs>
+  void accumulate_lanes_block(Scratch& s, int64_t width, int64_t vec, int64_t n) const {
+    if constexpr (kPairs) {
+      accumulate_lanes_pairs<kVecs>(s, width, vec, n);
+      return;
+    }
+    float* acc = s.acc_lanes.data() + vec * kLanes;
+    const float* p = s.scores.data() + vec * kLanes;
+    f32x16 alpha[kVecs];
+    for (int64_t v = 0; v < kVecs; ++v) alpha[v] = load16(s.alpha.data() + (vec + v) * kLanes);
+    for (int64_t d0 = 0; d0 < kDim; d0 += kPassDims) {
+      f32x16 out[kPassDims][kVecs];
+      for (int64_t i = 0; i < kPassDims; ++i)
+        for (int64_t v = 0; v < kVecs; ++v) out[i][v] = load16(acc + (d0 + i) * width + v * kLanes) * alpha[v];
+      for (int64_t j = 0; j < n; ++j) {
+        f32x16 pj[kVecs];
+        for (int64_t v = 0; v < kVecs; ++v) pj[v] = load16(p + j * width + v * kLanes);
+        const T* value = value_row(s, j) + d0;
+        for (int64_t i = 0; i < kPassDims; ++i) {
+          const float vd = to_float(value[i]);
+          for (int64_t v = 0; v < kVecs; ++v) out[i][v] += pj[v] * vd;
+        }
+      }
+      for (int64_t i = 0; i < kPassDims; ++i)
+        for (int64_t v = 0; v < kVecs; ++v) store16(acc + (d0 + i) * width + v * kLanes, out[i][v]);
+    }
+  }
+
+  // Pairs of consecutive keys for the pair dot products: their probabilities, per row, and their values,
+  // per dim; a missing last partner (odd n) is zero.
+  void make_pairs(Scratch& s, int64_t width, int64_t first_vec, int64_t n) const {
+    for (int64_t j = 0; j < n; j += 2) {
+      const bool partner = j + 1 < n;
+      for (int64_t v = first_vec; v < width / kLanes; ++v) {
+        const float* p = s.scores.data() + j * width + v * kLanes;
+        const u32x16 pair = pair_up(load16(p), partner ? load16(p + width) : f32x16{});
+        std::memcpy(s.p_pairs.data() + j / 2 * width + v * kLanes, &pair, sizeof pair);
+      }
+      for (int64_t c = 0; c < kChunks; ++c) {
+        const f32x16 lo = load16(value_row(s, j) + c * kLanes);
+        const u32x16 pair = pair_up(lo, partner ? load16(value_row(s, j + 1) + c * kLanes) : f32x16{});
+        std::memcpy(s.v_pairs.data() + j / 2 * kDim + c * kLanes, &pair, sizeof pair);
+      }
+    }
+  }
+
+  template <int kVecs>
+  void accumulate_lanes_pairs(Scratch& s, int64_t width, int64_t vec, int64_t n) const {
+    float* acc = s.acc_lanes.data() + vec * kLanes;
+    const uint32_t* p = s.p_pairs.data() + vec * kLanes;
+    f32x16 alpha[kVecs];
+    for (int64_t v = 0; v < kVecs; ++v) alpha[v] = load16(s.alpha.data() + (vec + v) * kLanes);
+    for (int64_t d0 = 0; d0 < kDim; d0 += kPassDims) {
+      f32x16 out[kPassDims][kVecs];
+      for (int64_t i = 0; i < kPassDims; ++i)
+        for (int64_t v = 0; v < kVecs; ++v) out[i][v] = load16(acc + (d0 + i) * width + v * kLanes) * alpha[v];
+      for (int64_t j = 0; j < n; j += 2) {
+        u32x16 pj[kVecs];
+        for (int64_t v = 0; v < kVecs; ++v) std::memcpy(&pj[v], p + j / 2 * width + v * kLanes, sizeof pj[v]);
+        const uint32_t* value = s.v_pairs.data() + j / 2 * kDim + d0;
+        for (int64_t i = 0; i < kPassDims; ++i) {
+          const u32x16 vd = u32x16{} + value[i];
+          for (int64_t v = 0; v < kVecs; ++v) out[i][v] = pair_dot(out[i][v], pj[v], vd);
+        }
+      }
+      for (int64_t i = 0; i < kPassDims; ++i)
+        for (int64_t v = 0; v < kVecs; ++v) store16(acc + (d0 + i) * width + v * kLanes, out[i][v]);
+    }
+  }
+
+  static void rows_from_lanes(Scratch& s, int64_t num_rows, int64_t width) {
+    for (int64_t r = 0; r < num_rows; ++r)
+      for (int64_t d = 0; d < kDim; ++d) s.acc[r * kDim + d] = s.acc_lanes[d * width + r];
   }
 
   // rows [first, first + num_rows) of the scratch into one tile's partial; per row: acc [dim], then m, then l
