@@ -123,8 +123,11 @@ template <typename Op, int kRows>
 void tile(const typename Op::T* x, int64_t k, const typename Op::T* panel, const typename Op::T* next,
           const typename Op::T* bias, int64_t cols, typename Op::T* y, int64_t ldy) {
   __m512 acc[kRows][3];
+  // unrolled: as loops, GCC turns the zero start (no bias) into a call to memset (~1% of a decode step)
+#pragma GCC unroll 3
   for (int c = 0; c < 3; ++c) {
     const __m512 start = bias ? Op::load_bias(bias + 16 * c, column_mask(cols, c)) : _mm512_setzero_ps();
+#pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) acc[r][c] = start;
   }
   if (next != nullptr)

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <new>
 #include <stdexcept>
 #include <type_traits>
@@ -292,9 +293,10 @@ class Kernel {
   void run() {
     const WorkList w = make_work(a_);
     const int64_t slot_stride = w.max_rows * (kDim + 2);
-    std::vector<float> partials(w.num_slots * slot_stride);
+    // not zeroed: every row a merge reads was written by its part (zeroing it was 0.5-1% of a step)
+    const std::unique_ptr<float[]> partials(new float[w.num_slots * slot_stride]);
     parallel_dynamic(static_cast<int64_t>(w.parts.size()), [&](int64_t i) {
-      run_part(w, w.parts[i], partials.data(), slot_stride);
+      run_part(w, w.parts[i], partials.get(), slot_stride);
     });
     if (w.num_slots == 0) return;
     std::vector<int64_t> split;
@@ -302,7 +304,7 @@ class Kernel {
       if (w.tiles[i].num_parts > 1) split.push_back(i);
     parallel_dynamic(static_cast<int64_t>(split.size()), [&](int64_t i) {
       const Tile& t = w.tiles[split[i]];
-      merge_parts(t, partials.data() + t.first_slot * slot_stride, slot_stride);
+      merge_parts(t, partials.get() + t.first_slot * slot_stride, slot_stride);
     });
   }
 
