@@ -189,50 +189,53 @@ void check_matrix(const torch::Tensor& t, const char* name) {
 bool has_linear_kernel_op(bool bfloat16) { return bfloat16 ? has_linear_kernel<bf16_t>() : has_linear_kernel<float>(); }
 
 // The shape pack_linear gives a weight of n outputs and k inputs: [panels, panel rows, values per row].
-std::array<int64_t, 3> panel_shape(int64_t n, int64_t k, bool bf16) {
-  return {num_panels(n), bf16 ? panel_rows<bf16_t>(k) : panel_rows<float>(k), (bf16 ? 2 : 1) * kPanelCols};
+std::array<int64_t, 3> panel_shape(int64_t n, int64_t k, bool bf16, bool gated) {
+  return {num_panels(n, gated), bf16 ? panel_rows<bf16_t>(k) : panel_rows<float>(k), (bf16 ? 2 : 1) * kPanelCols};
 }
 
-torch::Tensor pack_linear_op(const torch::Tensor& weight) {
+torch::Tensor pack_linear_op(const torch::Tensor& weight, bool gated) {
   check_matrix(weight, "weight");
   TORCH_CHECK(has_linear_kernel_op(is_bf16(weight)), "this build has no linear kernel for ", weight.scalar_type());
-  const int64_t n = weight.size(0), k = weight.size(1);
+  const int64_t rows = weight.size(0), k = weight.size(1);
   TORCH_CHECK(!is_bf16(weight) || k % 2 == 0, "a bfloat16 weight needs an even number of input features");
-  torch::Tensor panels = torch::empty(panel_shape(n, k, is_bf16(weight)), weight.options());
+  TORCH_CHECK(!gated || rows % 2 == 0, "a gated weight stacks gate and up: it needs an even number of rows");
+  torch::Tensor panels = torch::empty(panel_shape(gated ? rows / 2 : rows, k, is_bf16(weight), gated), weight.options());
   if (is_bf16(weight))
-    pack_linear_weight<bf16_t>(static_cast<const bf16_t*>(weight.data_ptr()), n, k,
+    pack_linear_weight<bf16_t>(static_cast<const bf16_t*>(weight.data_ptr()), rows, k, gated,
                                static_cast<bf16_t*>(panels.data_ptr()));
   else
-    pack_linear_weight<float>(weight.data_ptr<float>(), n, k, panels.data_ptr<float>());
+    pack_linear_weight<float>(weight.data_ptr<float>(), rows, k, gated, panels.data_ptr<float>());
   return panels;
 }
 
 torch::Tensor linear_op(const torch::Tensor& x, const torch::Tensor& panels, const c10::optional<torch::Tensor>& bias,
-                        int64_t out_features) {
+                        int64_t out_features, bool gated) {
   check_matrix(x, "x");
   check_cpu(panels, "panels");
   const bool bf16 = is_bf16(x);
   const int64_t k = x.size(1);
-  const std::array<int64_t, 3> expected = panel_shape(out_features, k, bf16);
+  const std::array<int64_t, 3> expected = panel_shape(out_features, k, bf16, gated);
   TORCH_CHECK(panels.scalar_type() == x.scalar_type() && panels.is_contiguous() && panels.dim() == 3 &&
                   out_features > 0 && panels.size(0) == expected[0] && panels.size(2) == expected[2],
-              "panels must come from pack_linear of an [out_features, in_features] weight of x's dtype");
+              "panels must come from pack_linear of an [out_features, in_features] weight of x's dtype ",
+              "(gated: [2 * out_features, in_features], packed with gated=True)");
+  const int64_t bias_size = gated ? 2 * out_features : out_features;
   TORCH_CHECK(panels.size(1) == expected[1] && (!bf16 || k % 2 == 0), "x has ", k, " features, not the weight's");
   if (bias) {
     check_cpu(*bias, "bias");
     TORCH_CHECK(bias->scalar_type() == x.scalar_type() && bias->is_contiguous() && bias->dim() == 1 &&
-                    bias->size(0) == out_features,
-                "bias must be a contiguous [out_features] tensor of x's dtype");
+                    bias->size(0) == bias_size,
+                "bias must be a contiguous [", bias_size, "] tensor of x's dtype");
   }
   torch::Tensor y = torch::empty({x.size(0), out_features}, x.options());
   if (x.size(0) == 0) return y;
   if (bf16)
     linear<bf16_t>(static_cast<const bf16_t*>(x.data_ptr()), x.size(0), k, static_cast<const bf16_t*>(panels.data_ptr()),
-                   bias ? static_cast<const bf16_t*>(bias->data_ptr()) : nullptr, out_features,
+                   bias ? static_cast<const bf16_t*>(bias->data_ptr()) : nullptr, out_features, gated,
                    static_cast<bf16_t*>(y.data_ptr()));
   else
     linear<float>(x.data_ptr<float>(), x.size(0), k, panels.data_ptr<float>(), bias ? bias->data_ptr<float>() : nullptr,
-                  out_features, y.data_ptr<float>());
+                  out_features, gated, y.data_ptr<float>());
   return y;
 }
 
@@ -250,7 +253,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("silu_mul", &pagedllm::silu_mul_op, "silu(gate) * up of [rows, 2 * width]");
   m.def("has_linear_kernel", &pagedllm::has_linear_kernel_op, "whether this build has the linear kernel for "
         "float32 (False) or bfloat16 (True)", py::arg("bfloat16"));
-  m.def("pack_linear", &pagedllm::pack_linear_op, "an [out, in] weight packed for linear");
-  m.def("linear", &pagedllm::linear_op, "x W^T + bias over a packed weight",
-        py::arg("x"), py::arg("panels"), py::arg("bias"), py::arg("out_features"));
+  m.def("pack_linear", &pagedllm::pack_linear_op, "an [out, in] weight packed for linear (gated: an MLP's "
+        "[gate; up] weight, for silu(gate) * up)", py::arg("weight"), py::arg("gated") = false);
+  m.def("linear", &pagedllm::linear_op, "x W^T + bias over a packed weight (gated: silu(gate) * up of it)",
+        py::arg("x"), py::arg("panels"), py::arg("bias"), py::arg("out_features"), py::arg("gated") = false);
 }

@@ -6,7 +6,8 @@
 // step streams all of the weights from memory for a few dozen rows, so while a thread works on one panel
 // it prefetches the next, a few lines per panel row: the memory reads overlap the arithmetic. oneDNN's
 // prepacked matmul does not, and at 1-64 rows this runs 1.2-1.9x faster than it, at the same speed from
-// 1024 rows up (docs/models.md).
+// 1024 rows up (docs/models.md). A gated weight (an MLP's [gate; up]) is packed with 24 gate columns and
+// the matching 24 up columns in each panel, and its tiles are stored as silu(gate) * up.
 #include "linear.h"
 
 #include <algorithm>
@@ -22,23 +23,39 @@
 
 namespace pagedllm {
 
+namespace {
+
+// The row of a weight of `rows` rows that feeds column j of panel p; -1 where the panel is zero-padded.
+int64_t source_row(int64_t p, int64_t j, int64_t rows, bool gated) {
+  if (!gated) {
+    const int64_t row = p * kPanelCols + j;
+    return row < rows ? row : -1;
+  }
+  const int64_t n = rows / 2, output = p * kGatedPanelOutputs + j % kGatedPanelOutputs;
+  return output < n ? output + (j < kGatedPanelOutputs ? 0 : n) : -1;  // gate rows, then up rows
+}
+
+}  // namespace
+
 template <typename T>
-void pack_linear_weight(const T* w, int64_t n, int64_t k, T* panels) {
+void pack_linear_weight(const T* w, int64_t rows, int64_t k, bool gated, T* panels) {
   constexpr int64_t per_column = std::is_same_v<T, float> ? 1 : 2;
-  const int64_t rows = panel_rows<T>(k);
-  parallel_chunks(num_panels(n), 1, [&](int64_t begin, int64_t end) {
+  const int64_t height = panel_rows<T>(k);
+  parallel_chunks(num_panels(gated ? rows / 2 : rows, gated), 1, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p)
-      for (int64_t i = 0; i < rows; ++i)
-        for (int64_t j = 0; j < kPanelCols; ++j)
+      for (int64_t j = 0; j < kPanelCols; ++j) {
+        const int64_t row = source_row(p, j, rows, gated);
+        for (int64_t i = 0; i < height; ++i)
           for (int64_t e = 0; e < per_column; ++e) {
-            const int64_t row = p * kPanelCols + j, input = i * per_column + e;
-            panels[((p * rows + i) * kPanelCols + j) * per_column + e] = row < n && input < k ? w[row * k + input] : T{};
+            const int64_t input = i * per_column + e;
+            panels[((p * height + i) * kPanelCols + j) * per_column + e] = row >= 0 && input < k ? w[row * k + input] : T{};
           }
+      }
   });
 }
 
-template void pack_linear_weight<float>(const float*, int64_t, int64_t, float*);
-template void pack_linear_weight<bf16_t>(const bf16_t*, int64_t, int64_t, bf16_t*);
+template void pack_linear_weight<float>(const float*, int64_t, int64_t, bool, float*);
+template void pack_linear_weight<bf16_t>(const bf16_t*, int64_t, int64_t, bool, bf16_t*);
 
 #if defined(__AVX512F__)
 
@@ -117,46 +134,83 @@ struct BF16 {
 };
 #endif
 
-// y[r, 0 .. cols) = x[r] . panel + bias for kRows rows (x rows k apart, y rows ldy apart). `next`: the panel
-// this thread reads after this one, or null.
+// The accumulators' start for panel p: its bias columns, in the panel's column order, or zero.
+template <typename Op>
+void panel_start(const typename Op::T* bias, int64_t p, int64_t n, bool gated, int64_t cols, __m512 (&start)[3]) {
+  if (bias == nullptr) {
+    for (int c = 0; c < 3; ++c) start[c] = _mm512_setzero_ps();
+  } else if (!gated) {
+    for (int c = 0; c < 3; ++c) start[c] = Op::load_bias(bias + p * kPanelCols + 16 * c, column_mask(cols, c));
+  } else {
+    alignas(64) float values[kPanelCols];
+    for (int64_t j = 0; j < kPanelCols; ++j) {
+      const int64_t row = source_row(p, j, 2 * n, true);
+      values[j] = row >= 0 ? to_float(bias[row]) : 0.0f;
+    }
+    for (int c = 0; c < 3; ++c) start[c] = _mm512_load_ps(values + 16 * c);
+  }
+}
+
+__m512 silu(__m512 x) {
+  const f32x16 v = bit_cast<f32x16>(x);
+  return bit_cast<__m512>(v / (1.0f + fast_exp(-v)));
+}
+
+// A gated panel's row: gate 0-15 | gate 16-23, up 0-7 | up 8-23 -> y[0 .. cols) = silu(gate) * up.
+template <typename Op>
+void store_gated(typename Op::T* y, int64_t cols, const __m512 (&acc)[3]) {
+  const __m512i up_first = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23);
+  const __m512 up0 = _mm512_permutex2var_ps(acc[1], up_first, acc[2]);               // up 0-15
+  const __m512 up1 = _mm512_shuffle_f32x4(acc[2], acc[2], _MM_SHUFFLE(3, 2, 3, 2));  // lanes 0-7: up 16-23
+  Op::store(y, column_mask(cols, 0), _mm512_mul_ps(silu(acc[0]), up0));
+  Op::store(y + 16, column_mask(cols, 1), _mm512_mul_ps(silu(acc[1]), up1));
+}
+
+// y[r, 0 .. cols) for kRows rows (x rows k apart, y rows ldy apart): x[r] . panel + start, or for a gated
+// panel silu(gate) * up of that. `next`: the panel this thread reads after this one, or null.
 template <typename Op, int kRows>
 void tile(const typename Op::T* x, int64_t k, const typename Op::T* panel, const typename Op::T* next,
-          const typename Op::T* bias, int64_t cols, typename Op::T* y, int64_t ldy) {
+          const __m512 (&start)[3], bool gated, int64_t cols, typename Op::T* y, int64_t ldy) {
   __m512 acc[kRows][3];
-  // unrolled: as loops, GCC turns the zero start (no bias) into a call to memset (~1% of a decode step)
+  // unrolled: as loops, GCC turns a zero start into a call to memset (~1% of a decode step)
 #pragma GCC unroll 3
-  for (int c = 0; c < 3; ++c) {
-    const __m512 start = bias ? Op::load_bias(bias + 16 * c, column_mask(cols, c)) : _mm512_setzero_ps();
+  for (int c = 0; c < 3; ++c)
 #pragma GCC unroll 8
-    for (int r = 0; r < kRows; ++r) acc[r][c] = start;
-  }
+    for (int r = 0; r < kRows; ++r) acc[r][c] = start[c];
   if (next != nullptr)
     Op::template multiply<kRows, true>(x, k, panel, next, acc);
   else
     Op::template multiply<kRows, false>(x, k, panel, nullptr, acc);
-  for (int r = 0; r < kRows; ++r)
+  for (int r = 0; r < kRows; ++r) {
+    if (gated) {
+      store_gated<Op>(y + r * ldy, cols, acc[r]);
+      continue;
+    }
     for (int c = 0; c < 3; ++c) Op::store(y + r * ldy + 16 * c, column_mask(cols, c), acc[r][c]);
+  }
 }
 
 template <typename Op>
 void run(const typename Op::T* x, int64_t m, int64_t k, const typename Op::T* panels, const typename Op::T* bias,
-         int64_t n, typename Op::T* y) {
+         int64_t n, bool gated, typename Op::T* y) {
   using T = typename Op::T;
-  using TileFn = void (*)(const T*, int64_t, const T*, const T*, const T*, int64_t, T*, int64_t);
+  using TileFn = void (*)(const T*, int64_t, const T*, const T*, const __m512(&)[3], bool, int64_t, T*, int64_t);
   static constexpr TileFn tiles[kTileRows + 1] = {nullptr,        tile<Op, 1>, tile<Op, 2>, tile<Op, 3>, tile<Op, 4>,
                                                   tile<Op, 5>, tile<Op, 6>, tile<Op, 7>, tile<Op, 8>};
   const int64_t panel_size = panel_rows<T>(k) * kPanelRowBytes / static_cast<int64_t>(sizeof(T));
+  const int64_t outputs = panel_outputs(gated);
   for (int64_t m0 = 0; m0 < m; m0 += kRowChunk) {
     const int64_t rows = std::min(kRowChunk, m - m0);
-    parallel_chunks(num_panels(n), 1, [&](int64_t begin, int64_t end) {
+    parallel_chunks(num_panels(n, gated), 1, [&](int64_t begin, int64_t end) {
       for (int64_t p = begin; p < end; ++p) {
         const T* panel = panels + p * panel_size;
         const T* next = p + 1 < end ? panel + panel_size : nullptr;
-        const T* panel_bias = bias ? bias + p * kPanelCols : nullptr;
-        const int64_t cols = std::min(kPanelCols, n - p * kPanelCols);
+        const int64_t cols = std::min(outputs, n - p * outputs);
+        __m512 start[3];
+        panel_start<Op>(bias, p, n, gated, cols, start);
         for (int64_t r = 0; r < rows; r += kTileRows)
-          tiles[std::min(kTileRows, rows - r)](x + (m0 + r) * k, k, panel, r == 0 ? next : nullptr, panel_bias,
-                                               cols, y + (m0 + r) * n + p * kPanelCols, n);
+          tiles[std::min(kTileRows, rows - r)](x + (m0 + r) * k, k, panel, r == 0 ? next : nullptr, start, gated,
+                                               cols, y + (m0 + r) * n + p * outputs, n);
       }
     });
   }
@@ -168,8 +222,9 @@ template <>
 bool has_linear_kernel<float>() { return true; }
 
 template <>
-void linear<float>(const float* x, int64_t m, int64_t k, const float* panels, const float* bias, int64_t n, float* y) {
-  run<F32>(x, m, k, panels, bias, n, y);
+void linear<float>(const float* x, int64_t m, int64_t k, const float* panels, const float* bias, int64_t n, bool gated,
+                   float* y) {
+  run<F32>(x, m, k, panels, bias, n, gated, y);
 }
 
 #else  // no AVX-512
@@ -178,7 +233,7 @@ template <>
 bool has_linear_kernel<float>() { return false; }
 
 template <>
-void linear<float>(const float*, int64_t, int64_t, const float*, const float*, int64_t, float*) {
+void linear<float>(const float*, int64_t, int64_t, const float*, const float*, int64_t, bool, float*) {
   throw std::runtime_error("the float32 linear kernel needs AVX-512; this build has none");
 }
 
@@ -191,8 +246,8 @@ bool has_linear_kernel<bf16_t>() { return true; }
 
 template <>
 void linear<bf16_t>(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n,
-                    bf16_t* y) {
-  run<BF16>(x, m, k, panels, bias, n, y);
+                    bool gated, bf16_t* y) {
+  run<BF16>(x, m, k, panels, bias, n, gated, y);
 }
 
 #else  // no AVX512-BF16
@@ -201,7 +256,7 @@ template <>
 bool has_linear_kernel<bf16_t>() { return false; }
 
 template <>
-void linear<bf16_t>(const bf16_t*, int64_t, int64_t, const bf16_t*, const bf16_t*, int64_t, bf16_t*) {
+void linear<bf16_t>(const bf16_t*, int64_t, int64_t, const bf16_t*, const bf16_t*, int64_t, bool, bf16_t*) {
   throw std::runtime_error("the bfloat16 linear kernel needs AVX512-BF16; this build has none");
 }
 

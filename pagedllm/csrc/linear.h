@@ -22,17 +22,28 @@ int64_t panel_rows(int64_t k) {
   return std::is_same_v<T, float> ? k : (k + 1) / 2;
 }
 
-// Panels for n output columns (the last one zero-padded).
-inline int64_t num_panels(int64_t n) { return (n + kPanelCols - 1) / kPanelCols; }
+// A gated weight is an MLP's [gate; up]: 2n rows for n outputs y = silu(x gate^T) * (x up^T). Its panels
+// hold 24 gate columns and then the same 24 up columns, so that a panel's outputs are all computed in
+// registers before the activation is applied to them: the [m, 2n] product is never stored.
+constexpr int64_t kGatedPanelOutputs = kPanelCols / 2;
 
-// w: [n, k] row-major -> panels [ceil(n / 48), panel_rows(k), 48 * (1 or 2)]; what lies past n columns or
-// k inputs is zero.
-template <typename T>
-void pack_linear_weight(const T* w, int64_t n, int64_t k, T* panels);
+// Output columns of one panel.
+inline int64_t panel_outputs(bool gated) { return gated ? kGatedPanelOutputs : kPanelCols; }
 
-// y [m, n] = x [m, k] . W^T + bias (bias may be null), accumulated in float32; x and y contiguous. bfloat16
-// needs an even k (each step reads a pair of inputs).
+// Panels for n outputs (the last one zero-padded).
+inline int64_t num_panels(int64_t n, bool gated = false) {
+  return (n + panel_outputs(gated) - 1) / panel_outputs(gated);
+}
+
+// w: [rows, k] row-major -> panels [num_panels(n, gated), panel_rows(k), 48 * (1 or 2)], for n = rows
+// outputs (gated: rows = 2n); what lies past the outputs or the k inputs is zero.
 template <typename T>
-void linear(const T* x, int64_t m, int64_t k, const T* panels, const T* bias, int64_t n, T* y);
+void pack_linear_weight(const T* w, int64_t rows, int64_t k, bool gated, T* panels);
+
+// y [m, n] = x [m, k] . W^T + bias, accumulated in float32 (gated: silu(gate) * up of the two halves, and
+// bias [2n] in W's row order); bias may be null; x and y contiguous. bfloat16 needs an even k (each step
+// reads a pair of inputs).
+template <typename T>
+void linear(const T* x, int64_t m, int64_t k, const T* panels, const T* bias, int64_t n, bool gated, T* y);
 
 }  // namespace pagedllm

@@ -8,7 +8,7 @@ from torch import nn
 
 from pagedllm.model import compiled_ops
 from pagedllm.model.config import ModelConfig, RopeScaling
-from pagedllm.model.projection import Projection
+from pagedllm.model.projection import GatedProjection, Projection
 
 
 class RMSNorm(nn.Module):
@@ -77,24 +77,30 @@ class SwiGLUMLP(nn.Module):
         self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
-        self.gate_up: Projection | None = None  # fused gate/up and packed down, once fuse() ran
+        self.gate_up: GatedProjection | None = None  # gate/up with the activation, and down, once fuse() ran
         self.down: Projection | None = None
 
     def fuse(self, pack: bool = False) -> None:
-        self.gate_up = Projection(*fuse_linears([self.gate_proj, self.up_proj]), pack)
+        self.gate_up = GatedProjection(*fuse_linears([self.gate_proj, self.up_proj]), pack)
         self.down = Projection(self.down_proj.weight, None, pack)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [T, hidden] -> [T, intermediate] -> [T, hidden]
         if self.gate_up is None:
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        gate, up = self.gate_up(x).chunk(2, dim=-1)
-        return self.down(F.silu(gate) * up)
+        return self.down(self.gate_up(x, silu_mul))
 
     def forward_compiled(self, x: torch.Tensor) -> torch.Tensor:
-        gate_up = self.gate_up(x) if self.gate_up is not None else torch.cat([self.gate_proj(x), self.up_proj(x)], -1)
-        act = compiled_ops.silu_mul(gate_up)  # [T, intermediate]
-        return self.down(act) if self.down is not None else self.down_proj(act)
+        if self.gate_up is None:
+            act = compiled_ops.silu_mul(torch.cat([self.gate_proj(x), self.up_proj(x)], -1))
+            return self.down_proj(act)
+        return self.down(self.gate_up(x, compiled_ops.silu_mul))  # [T, intermediate] in between
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """[T, 2 I] -> silu(gate) * up: [T, I]."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
 
 
 def fuse_linears(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -9,8 +9,13 @@
   rows that measured 133 against 170 GFLOP/s in float32 and 228 against 310 in bfloat16.
 
 Packing copies the weight once; the dense weight stays the model's parameter (state_dict, HF names).
+
+GatedProjection is an MLP's fused [gate; up] projection with its activation, silu(gate) * up: on pagedllm's
+matmul the two halves are packed side by side in every panel and the activation is applied as the outputs
+leave the registers, so the [T, 2 I] product is never written to memory and read back.
 """
 
+from collections.abc import Callable
 from types import ModuleType
 
 import torch
@@ -46,15 +51,24 @@ def linear_kernels(dtype: torch.dtype) -> ModuleType | None:
     return module if module is not None and module.has_linear_kernel(dtype == torch.bfloat16) else None
 
 
+def own_matmul(weight: torch.Tensor, pack: bool) -> ModuleType | None:
+    """The compiled kernels if pagedllm's matmul can run this weight: packing asked for, on the CPU, a dtype
+    and CPU it covers, and (bfloat16) an even number of inputs, since it reads them in pairs."""
+    if not pack or weight.device.type != "cpu":  # on a GPU the dense weight is what the matmul wants
+        return None
+    kernels = linear_kernels(weight.dtype)
+    return kernels if kernels is not None and (weight.dtype == torch.float32 or weight.shape[1] % 2 == 0) else None
+
+
 class Projection:
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, pack: bool) -> None:
         self.weight, self.bias = weight, bias  # weight: [out, in]
         self._kernels: ModuleType | None = None
         self._packed: torch.Tensor | None = None
-        if not pack or weight.device.type != "cpu":  # on a GPU the dense weight is what the matmul wants
+        if not pack or weight.device.type != "cpu":
             return
-        kernels = linear_kernels(weight.dtype)
-        if kernels is not None and (weight.dtype == torch.float32 or weight.shape[1] % 2 == 0):
+        kernels = own_matmul(weight, pack)
+        if kernels is not None:
             self._kernels = kernels
             self._packed = self._kernels.pack_linear(weight.detach().contiguous())
         else:
@@ -68,3 +82,28 @@ class Projection:
             return self._kernels.linear(x.contiguous(), self._packed, self.bias, self.weight.shape[0])
         # dense in, dense out: only the weight lives in oneDNN's layout
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self._packed, self.bias, "none", [], "")
+
+
+class GatedProjection:
+    """x [T, in] -> activation(x [gate; up]ᵀ + bias) [T, I], for a fused weight [2 I, in] (gate rows, then up
+    rows). Where pagedllm's matmul runs the weight, the activation is silu(gate) * up, computed as the matmul
+    stores its outputs; elsewhere the caller's activation is applied to the output of a Projection."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, pack: bool) -> None:
+        self.intermediate = weight.shape[0] // 2
+        self.bias = bias
+        self._kernels = own_matmul(weight, pack)
+        if self._kernels is not None:
+            self._packed = self._kernels.pack_linear(weight.detach().contiguous(), gated=True)
+        else:
+            self._projection = Projection(weight, bias, pack)
+
+    @property
+    def fused(self) -> bool:
+        return self._kernels is not None
+
+    def __call__(self, x: torch.Tensor, activation: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """activation: [T, 2 I] -> [T, I], silu(gate) * up; used only where the matmul does not fuse it."""
+        if self._kernels is not None:
+            return self._kernels.linear(x.contiguous(), self._packed, self.bias, self.intermediate, gated=True)
+        return activation(self._projection(x))

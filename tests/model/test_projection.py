@@ -1,11 +1,13 @@
-"""The packed projections (pagedllm's own float32 matmul, oneDNN) are the same matmul as torch's linear."""
+"""The packed projections (pagedllm's own matmul, oneDNN) are the same matmul as torch's linear, and the gated
+one (an MLP's gate/up with silu(gate) * up applied as the matmul stores) the same as linear then the activation."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import pagedllm.model.projection as projection
-from pagedllm.model.projection import Projection, can_pack, linear_kernels
+from pagedllm.model.layers import silu_mul
+from pagedllm.model.projection import GatedProjection, Projection, can_pack, linear_kernels
 
 needs_linear_kernel = pytest.mark.skipif(linear_kernels(torch.float32) is None,
                                          reason="no compiled linear kernel here (it needs AVX-512 and a compiler)")
@@ -128,3 +130,47 @@ def test_dtype_auto_follows_the_cpu_flags():
     assert resolve_dtype("auto", ["avx2", "fma"]) == torch.float32
     assert resolve_dtype("float32", ["avx512_bf16"]) == torch.float32
     assert resolve_dtype("bfloat16", []) == torch.bfloat16
+
+
+def gated_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return silu_mul(F.linear(x.double(), weight.double(), None if bias is None else bias.double()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 9, 513])  # register tiles of 8 rows, passes of 512
+@pytest.mark.parametrize("intermediate,in_features", [(1, 4), (23, 64), (24, 6), (50, 130), (1536, 576)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_gated_kernel_equals_linear_then_silu_mul(dtype, rows, intermediate, in_features, bias):
+    """24 outputs per panel: 23, 24 and 50 cover a partial, a whole and a third, partial panel."""
+    if linear_kernels(dtype) is None:
+        pytest.skip(f"no {dtype} linear kernel here")
+    torch.manual_seed(rows + intermediate)
+    x = torch.randn(rows, in_features).to(dtype)
+    weight = (torch.randn(2 * intermediate, in_features) / in_features**0.5).to(dtype)
+    b = torch.randn(2 * intermediate).to(dtype) if bias else None
+    gated = GatedProjection(weight, b, pack=True)
+    got = gated(x, lambda gate_up: pytest.fail("the activation is the kernel's"))
+    assert gated.fused and got.dtype == dtype and got.shape == (rows, intermediate)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2**-8, atol=2e-3)
+    torch.testing.assert_close(got.double(), gated_reference(x, weight, b), **tol)
+
+
+def test_gated_projection_without_the_kernel_applies_the_callers_activation(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(projection, "linear_kernels", lambda dtype: None)
+    torch.manual_seed(0)
+    weight, x = torch.randn(2 * 40, 32), torch.randn(7, 32)
+    gated = GatedProjection(weight, None, pack=True)
+    assert not gated.fused
+    torch.testing.assert_close(gated(x, silu_mul).double(), gated_reference(x, weight, None), rtol=1e-5, atol=1e-5)
+
+
+@needs_linear_kernel
+def test_gated_kernel_rejects_mismatched_inputs():
+    kernels = linear_kernels(torch.float32)
+    with pytest.raises(RuntimeError, match="even number of rows"):
+        kernels.pack_linear(torch.randn(49, 40), gated=True)
+    panels = kernels.pack_linear(torch.randn(2 * 30, 40), gated=True)
+    with pytest.raises(RuntimeError, match="gated"):
+        kernels.linear(torch.randn(3, 40), panels, None, 60, gated=True)  # 60 outputs need more panels
+    with pytest.raises(RuntimeError, match="bias"):
+        kernels.linear(torch.randn(3, 40), panels, torch.randn(30), 30, gated=True)  # the bias has 2 x 30
