@@ -434,12 +434,21 @@ class Kernel {
 
   // Many rows: 16 rows per vector, one key element broadcast at a time (no horizontal sums).
   void score_lanes(Scratch& s, int64_t width, int64_t first_vec, int64_t n) const {
+    for_row_vectors(width, first_vec, [&](auto vecs, int64_t vec) {
+      score_lanes_block<decltype(vecs)::value>(s, width, vec, n);
+    });
+  }
+
+  // f(std::integral_constant<int, kVecs>, first vector) over the row vectors from first_vec on, up to
+  // kMaxScoreVecs at a time (the many-row loops keep that many row vectors in registers).
+  template <typename F>
+  static void for_row_vectors(int64_t width, int64_t first_vec, const F& f) {
     const int64_t vecs = width / kLanes - first_vec;
     for (int64_t v = 0; v < vecs; v += kMaxScoreVecs) {
       switch (std::min(kMaxScoreVecs, vecs - v)) {
-        case 1: score_lanes_block<1>(s, width, first_vec + v, n); break;
-        case 2: score_lanes_block<2>(s, width, first_vec + v, n); break;
-        default: score_lanes_block<kMaxScoreVecs>(s, width, first_vec + v, n); break;
+        case 1: f(std::integral_constant<int, 1>{}, first_vec + v); break;
+        case 2: f(std::integral_constant<int, 2>{}, first_vec + v); break;
+        default: f(std::integral_constant<int, kMaxScoreVecs>{}, first_vec + v); break;
       }
     }
   }
@@ -608,15 +617,10 @@ class Kernel {
   // of 16 rows in one vector and each value element broadcast (the transpose of `accumulate`: every load
   // feeds several FMAs, where there one value slice feeds as many FMAs as rows it holds in registers).
   void accumulate_lanes(Scratch& s, int64_t width, int64_t first_vec, int64_t n) const {
-    const int64_t vecs = width / kLanes - first_vec;
     if constexpr (kPairs) make_pairs(s, width, first_vec, n);
-    for (int64_t v = 0; v < vecs; v += kMaxScoreVecs) {
-      switch (std::min(kMaxScoreVecs, vecs - v)) {
-        case 1: accumulate_lanes_block<1>(s, width, first_vec + v, n); break;
-        case 2: accumulate_lanes_block<2>(s, width, first_vec + v, n); break;
-        default: accumulate_lanes_block<kMaxScoreVecs>(s, width, first_vec + v, n); break;
-      }
-    }
+    for_row_vectors(width, first_vec, [&](auto vecs, int64_t vec) {
+      accumulate_lanes_block<decltype(vecs)::value>(s, width, vec, n);
+    });
   }
 
   template <int kVecs>
