@@ -371,15 +371,20 @@ class Kernel {
       for (int64_t r = 0; r < rows(t); ++r, ++row) {
         s.limit[row] = static_cast<float>(t.first_key_pos + r / group_);
         const T* src = query + token_index(t, r) * a_.query_token_stride + head_index(t, r) * kDim;
+        if constexpr (kPairs) {
+          if (lanes) {  // pairs of unscaled queries: q_rows is not read
+            for (int64_t d = 0; d < kDim; d += 2) s.q_pairs[d / 2 * width + row] = load_pair(src + d);
+            continue;
+          }
+        }
         for (int64_t c = 0; c < kChunks; ++c)
           store16(s.q_rows.data() + row * kDim + c * kLanes, load16(src + c * kLanes) * a_.scale);
-        if constexpr (kPairs)
-          if (lanes)
-            for (int64_t d = 0; d < kDim; d += 2) s.q_pairs[d / 2 * width + row] = load_pair(src + d);
       }
     }
-    std::fill(s.acc.begin(), s.acc.begin() + num_rows * kDim, 0.0f);
-    if (!lanes) return;
+    if (!lanes) {
+      std::fill(s.acc.begin(), s.acc.begin() + num_rows * kDim, 0.0f);
+      return;
+    }
     std::fill(s.acc_lanes.begin(), s.acc_lanes.begin() + kDim * width, 0.0f);
     if (kPairs) {
       for (int64_t d = 0; d < kDim; d += 2)
@@ -454,50 +459,40 @@ class Kernel {
   }
 
   // kVecs row vectors x kPassKeys keys per pass: each query load and each key broadcast feeds several FMAs.
+  // With pair dot products a step takes a pair of dims: a pair of query values times a broadcast pair of
+  // key values; the queries are unscaled bfloat16 then, and the scale comes last.
   template <int kVecs>
   void score_lanes_block(Scratch& s, int64_t width, int64_t vec, int64_t n) const {
-    if constexpr (kPairs) {
-      score_lanes_pairs<kVecs>(s, width, vec, n);
-      return;
-    }
-    const float* q = s.q_lanes.data() + vec * kLanes;
     for (int64_t j = 0; j < n; j += kPassKeys) {
       const T* k[kPassKeys];
       for (int64_t i = 0; i < kPassKeys; ++i) k[i] = key_row(s, std::min(j + i, n - 1));
       f32x16 acc[kVecs][kPassKeys] = {};
-      for (int64_t d = 0; d < kDim; ++d) {
-        f32x16 qd[kVecs];
-        for (int64_t v = 0; v < kVecs; ++v) qd[v] = load16(q + d * width + v * kLanes);
-        for (int64_t i = 0; i < kPassKeys; ++i) {
-          const float kd = to_float(k[i][d]);
-          for (int64_t v = 0; v < kVecs; ++v) acc[v][i] += qd[v] * kd;
+      if constexpr (kPairs) {
+        const uint32_t* q = s.q_pairs.data() + vec * kLanes;
+        for (int64_t d = 0; d < kDim; d += 2) {
+          u32x16 qd[kVecs];
+          for (int64_t v = 0; v < kVecs; ++v) std::memcpy(&qd[v], q + d / 2 * width + v * kLanes, sizeof qd[v]);
+          for (int64_t i = 0; i < kPassKeys; ++i) {
+            const u32x16 kd = u32x16{} + load_pair(k[i] + d);
+            for (int64_t v = 0; v < kVecs; ++v) acc[v][i] = pair_dot(acc[v][i], qd[v], kd);
+          }
+        }
+      } else {
+        const float* q = s.q_lanes.data() + vec * kLanes;
+        for (int64_t d = 0; d < kDim; ++d) {
+          f32x16 qd[kVecs];
+          for (int64_t v = 0; v < kVecs; ++v) qd[v] = load16(q + d * width + v * kLanes);
+          for (int64_t i = 0; i < kPassKeys; ++i) {
+            const float kd = to_float(k[i][d]);
+            for (int64_t v = 0; v < kVecs; ++v) acc[v][i] += qd[v] * kd;
+          }
         }
       }
       for (int64_t i = 0; i < kPassKeys && j + i < n; ++i)
-        for (int64_t v = 0; v < kVecs; ++v) store16(s.scores.data() + (j + i) * width + (vec + v) * kLanes, acc[v][i]);
-    }
-  }
-
-  // The same over pairs of dims: each step multiplies a pair of query values by a broadcast pair of key
-  // values in one pair dot product. The queries are unscaled bfloat16 here: the scale comes last.
-  template <int kVecs>
-  void score_lanes_pairs(Scratch& s, int64_t width, int64_t vec, int64_t n) const {
-    const uint32_t* q = s.q_pairs.data() + vec * kLanes;
-    for (int64_t j = 0; j < n; j += kPassKeys) {
-      const T* k[kPassKeys];
-      for (int64_t i = 0; i < kPassKeys; ++i) k[i] = key_row(s, std::min(j + i, n - 1));
-      f32x16 acc[kVecs][kPassKeys] = {};
-      for (int64_t d = 0; d < kDim; d += 2) {
-        u32x16 qd[kVecs];
-        for (int64_t v = 0; v < kVecs; ++v) std::memcpy(&qd[v], q + d / 2 * width + v * kLanes, sizeof qd[v]);
-        for (int64_t i = 0; i < kPassKeys; ++i) {
-          const u32x16 kd = u32x16{} + load_pair(k[i] + d);
-          for (int64_t v = 0; v < kVecs; ++v) acc[v][i] = pair_dot(acc[v][i], qd[v], kd);
+        for (int64_t v = 0; v < kVecs; ++v) {
+          if constexpr (kPairs) acc[v][i] *= a_.scale;
+          store16(s.scores.data() + (j + i) * width + (vec + v) * kLanes, acc[v][i]);
         }
-      }
-      for (int64_t i = 0; i < kPassKeys && j + i < n; ++i)
-        for (int64_t v = 0; v < kVecs; ++v)
-          store16(s.scores.data() + (j + i) * width + (vec + v) * kLanes, acc[v][i] * a_.scale);
     }
   }
 
@@ -623,27 +618,38 @@ class Kernel {
     });
   }
 
+  // kPassDims dims x kVecs row vectors per pass; with pair dot products a step takes two consecutive keys
+  // (their probability pairs per row times a broadcast pair of value elements, from make_pairs).
   template <int kVecs>
   void accumulate_lanes_block(Scratch& s, int64_t width, int64_t vec, int64_t n) const {
-    if constexpr (kPairs) {
-      accumulate_lanes_pairs<kVecs>(s, width, vec, n);
-      return;
-    }
     float* acc = s.acc_lanes.data() + vec * kLanes;
-    const float* p = s.scores.data() + vec * kLanes;
     f32x16 alpha[kVecs];
     for (int64_t v = 0; v < kVecs; ++v) alpha[v] = load16(s.alpha.data() + (vec + v) * kLanes);
     for (int64_t d0 = 0; d0 < kDim; d0 += kPassDims) {
       f32x16 out[kPassDims][kVecs];
       for (int64_t i = 0; i < kPassDims; ++i)
         for (int64_t v = 0; v < kVecs; ++v) out[i][v] = load16(acc + (d0 + i) * width + v * kLanes) * alpha[v];
-      for (int64_t j = 0; j < n; ++j) {
-        f32x16 pj[kVecs];
-        for (int64_t v = 0; v < kVecs; ++v) pj[v] = load16(p + j * width + v * kLanes);
-        const T* value = value_row(s, j) + d0;
-        for (int64_t i = 0; i < kPassDims; ++i) {
-          const float vd = to_float(value[i]);
-          for (int64_t v = 0; v < kVecs; ++v) out[i][v] += pj[v] * vd;
+      if constexpr (kPairs) {
+        const uint32_t* p = s.p_pairs.data() + vec * kLanes;
+        for (int64_t j = 0; j < n; j += 2) {
+          u32x16 pj[kVecs];
+          for (int64_t v = 0; v < kVecs; ++v) std::memcpy(&pj[v], p + j / 2 * width + v * kLanes, sizeof pj[v]);
+          const uint32_t* value = s.v_pairs.data() + j / 2 * kDim + d0;
+          for (int64_t i = 0; i < kPassDims; ++i) {
+            const u32x16 vd = u32x16{} + value[i];
+            for (int64_t v = 0; v < kVecs; ++v) out[i][v] = pair_dot(out[i][v], pj[v], vd);
+          }
+        }
+      } else {
+        const float* p = s.scores.data() + vec * kLanes;
+        for (int64_t j = 0; j < n; ++j) {
+          f32x16 pj[kVecs];
+          for (int64_t v = 0; v < kVecs; ++v) pj[v] = load16(p + j * width + v * kLanes);
+          const T* value = value_row(s, j) + d0;
+          for (int64_t i = 0; i < kPassDims; ++i) {
+            const float vd = to_float(value[i]);
+            for (int64_t v = 0; v < kVecs; ++v) out[i][v] += pj[v] * vd;
+          }
         }
       }
       for (int64_t i = 0; i < kPassDims; ++i)
@@ -666,30 +672,6 @@ class Kernel {
         const u32x16 pair = pair_up(lo, partner ? load16(value_row(s, j + 1) + c * kLanes) : f32x16{});
         std::memcpy(s.v_pairs.data() + j / 2 * kDim + c * kLanes, &pair, sizeof pair);
       }
-    }
-  }
-
-  template <int kVecs>
-  void accumulate_lanes_pairs(Scratch& s, int64_t width, int64_t vec, int64_t n) const {
-    float* acc = s.acc_lanes.data() + vec * kLanes;
-    const uint32_t* p = s.p_pairs.data() + vec * kLanes;
-    f32x16 alpha[kVecs];
-    for (int64_t v = 0; v < kVecs; ++v) alpha[v] = load16(s.alpha.data() + (vec + v) * kLanes);
-    for (int64_t d0 = 0; d0 < kDim; d0 += kPassDims) {
-      f32x16 out[kPassDims][kVecs];
-      for (int64_t i = 0; i < kPassDims; ++i)
-        for (int64_t v = 0; v < kVecs; ++v) out[i][v] = load16(acc + (d0 + i) * width + v * kLanes) * alpha[v];
-      for (int64_t j = 0; j < n; j += 2) {
-        u32x16 pj[kVecs];
-        for (int64_t v = 0; v < kVecs; ++v) std::memcpy(&pj[v], p + j / 2 * width + v * kLanes, sizeof pj[v]);
-        const uint32_t* value = s.v_pairs.data() + j / 2 * kDim + d0;
-        for (int64_t i = 0; i < kPassDims; ++i) {
-          const u32x16 vd = u32x16{} + value[i];
-          for (int64_t v = 0; v < kVecs; ++v) out[i][v] = pair_dot(out[i][v], pj[v], vd);
-        }
-      }
-      for (int64_t i = 0; i < kPassDims; ++i)
-        for (int64_t v = 0; v < kVecs; ++v) store16(acc + (d0 + i) * width + v * kLanes, out[i][v]);
     }
   }
 
