@@ -54,7 +54,7 @@ def linear_kernels(dtype: torch.dtype) -> ModuleType | None:
 def own_matmul(weight: torch.Tensor, pack: bool) -> ModuleType | None:
     """The compiled kernels if pagedllm's matmul can run this weight: packing asked for, on the CPU, a dtype
     and CPU it covers, and (bfloat16) an even number of inputs, since it reads them in pairs."""
-    if not pack or weight.device.type != "cpu":  # on a GPU the dense weight is what the matmul wants
+    if not pack or weight.device.type != "cpu":
         return None
     kernels = linear_kernels(weight.dtype)
     return kernels if kernels is not None and (weight.dtype == torch.float32 or weight.shape[1] % 2 == 0) else None
@@ -63,15 +63,11 @@ def own_matmul(weight: torch.Tensor, pack: bool) -> ModuleType | None:
 class Projection:
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, pack: bool) -> None:
         self.weight, self.bias = weight, bias  # weight: [out, in]
-        self._kernels: ModuleType | None = None
+        self._kernels = own_matmul(weight, pack)
         self._packed: torch.Tensor | None = None
-        if not pack or weight.device.type != "cpu":
-            return
-        kernels = own_matmul(weight, pack)
-        if kernels is not None:
-            self._kernels = kernels
+        if self._kernels is not None:
             self._packed = self._kernels.pack_linear(weight.detach().contiguous())
-        else:
+        elif pack and weight.device.type == "cpu":  # on a GPU the dense weight is what the matmul wants
             self._packed = packed_weight(weight)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
