@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 
-from pagedllm.distributed.group import RankGroup, leave_group
+from pagedllm.distributed.group import RankGroup
 from pagedllm.distributed.launch import LocalWorkers
 from pagedllm.distributed.message import Kind, StepMessage, SwapCall, SwapOp, encode
 from pagedllm.engine.model_runner import ModelRunner, SeqInput
@@ -41,6 +41,7 @@ class TensorParallelExecutor:
         self._failure: WorkerFailedError | None = None
         self._closed = False
         self._last_send = time.monotonic()
+        self._stopping = threading.Event()
         self._heartbeat = threading.Thread(target=self._beat, args=(heartbeat_s,), daemon=True, name="tp-heartbeat")
         self._heartbeat.start()
         atexit.register(self.shutdown)
@@ -70,7 +71,9 @@ class TensorParallelExecutor:
                 raise self._fail(exc) from exc
 
     def shutdown(self) -> None:
-        """Stop every worker (a STOP message, then a bounded wait, then a kill) and leave the group."""
+        """Stop every worker (a STOP message, then a bounded wait, then a kill) and leave the group; also
+        registered to run at exit."""
+        self._stopping.set()
         with self._lock:
             if self._closed:
                 return
@@ -81,9 +84,11 @@ class TensorParallelExecutor:
                     self.group.barrier()  # every rank has read it: no rank tears down a link still in use
                 except RuntimeError:
                     pass
+        self._heartbeat.join()
         if self.workers is not None:
             self.workers.stop()
-        leave_group()
+        self.group.leave()
+        atexit.unregister(self.shutdown)
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -102,8 +107,7 @@ class TensorParallelExecutor:
 
     def _beat(self, interval: float) -> None:
         """Send a heartbeat when no step went out for `interval` s, so idle workers do not time out."""
-        while True:
-            time.sleep(interval / 4)
+        while not self._stopping.wait(interval / 4):
             with self._lock:
                 if self._closed or self._failure is not None:
                     return

@@ -38,8 +38,8 @@ def step_timeout_s() -> float:
 class RankGroup:
     rank: int
     size: int
-    control: dist.ProcessGroup  # gloo over host memory: the step message and barriers
-    data: dist.ProcessGroup  # the device's backend: the all-reduces and the logits (= control on the CPU)
+    control: dist.ProcessGroup | None  # gloo over host memory: the step message and barriers (None once left)
+    data: dist.ProcessGroup | None  # the device's backend: the all-reduces and the logits (= control on the CPU)
     device: torch.device
 
     @classmethod
@@ -60,6 +60,17 @@ class RankGroup:
             torch.cuda.set_device(local_rank)
             self.device = torch.device("cuda", local_rank)
             self.data = _new_group(self.size, "nccl")
+
+    def leave(self) -> None:
+        """Destroy the process groups and drop this rank's handles on them, so that their gloo threads are
+        joined now. A gloo thread that frees a collective's last tensor after the interpreter has begun to
+        finalize cannot take the GIL and aborts the process ("terminate called without an active exception")."""
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:  # a group whose peers are gone can fail to tear down; the process is ending anyway
+                pass
+        self.control = self.data = None
 
     @property
     def backend(self) -> str:
@@ -146,10 +157,3 @@ def _combine(summaries: list[torch.Tensor]) -> list[SampleResult]:
     tokens, logprobs = chosen[:, 1].long().tolist(), (chosen[:, 0] - log_z).tolist()
     return [SampleResult(t, lp, None) for t, lp in zip(tokens, logprobs)]
 
-
-def leave_group() -> None:
-    if dist.is_initialized():
-        try:
-            dist.destroy_process_group()
-        except Exception:  # a group whose peers are gone can fail to tear down; the process is ending anyway
-            pass

@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 from pagedllm.distributed.executor import TensorParallelExecutor
-from pagedllm.distributed.group import RankGroup, leave_group, step_timeout_s
+from pagedllm.distributed.group import RankGroup, step_timeout_s
 from pagedllm.distributed.launch import LocalWorkers, launched_by_torchrun, torchrun_rank_and_size
 from pagedllm.distributed.sharded_load import read_model_config
 from pagedllm.distributed.sharding import check_shardable, local_config
@@ -54,7 +54,7 @@ def start_rank0(
     except BaseException:
         if workers is not None:
             workers.kill()
-        leave_group()
+        group.leave()
         raise
     pids = "" if workers is None else f", worker pids {' '.join(map(str, workers.pids))}"
     logger.info("tensor parallel: %d ranks (%s), step timeout %.0f s%s", size, group.backend, step_timeout_s(), pids)

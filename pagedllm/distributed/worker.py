@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from pagedllm.distributed.group import RankGroup, leave_group
+from pagedllm.distributed.group import RankGroup
 from pagedllm.distributed.message import Kind, SwapCall, SwapOp, decode
 from pagedllm.distributed.sharded_load import load_shard
 from pagedllm.distributed.sharding import Shard, vocab_range
@@ -101,7 +101,7 @@ def run_worker(group: RankGroup) -> int:
     except RuntimeError as exc:  # rank 0 is gone or silent: nothing left to serve
         logger.error("tensor-parallel rank %d stops: %s", group.rank, str(exc).splitlines()[0])
         return 1
-    leave_group()
+    group.leave()
     return 0
 
 

@@ -41,11 +41,13 @@ def run(args: argparse.Namespace) -> int:
         stop=args.stop,
     )
     engine = LLMEngine(engine_config_from_args(args))
-    prompt = _prompt(engine, args)
-    engine.add_request("cli", prompt, params)
-    output = _stream(engine)
-    if args.stats:
-        _print_stats(engine, output)
+    try:
+        engine.add_request("cli", _prompt(engine, args), params)
+        output = _stream(engine)
+        if args.stats:
+            _print_stats(engine, output)
+    finally:
+        engine.shutdown()  # tensor-parallel workers stop now, not at exit
     return 0
 
 
