@@ -11,10 +11,10 @@ namespace {
 // x rounded to T's precision, as float (what the reference gets by casting to T and back).
 inline float rounded(float x, float*) { return x; }
 inline float rounded(float x, bf16_t*) { return to_float(round_to_bf16(x)); }
-inline f32x16 rounded(f32x16 x, float*) { return x; }
-inline f32x16 rounded(f32x16 x, bf16_t*) { return round_to_bf16(x); }
+inline fvec rounded(fvec x, float*) { return x; }
+inline fvec rounded(fvec x, bf16_t*) { return round_to_bf16(x); }
 
-// f(i, values at i) over [0, width): 16 lanes at a time, then the tail one by one.
+// f(i, values at i) over [0, width): a vector's lanes at a time, then the tail one by one.
 template <typename VecF, typename ScalarF>
 void for_lanes(int64_t width, const VecF& vec_f, const ScalarF& scalar_f) {
   int64_t i = 0;
@@ -24,13 +24,13 @@ void for_lanes(int64_t width, const VecF& vec_f, const ScalarF& scalar_f) {
 
 template <typename T>
 void norm_row(T* x, const T* src, const T* weight, int64_t width, float eps) {
-  f32x16 squares{};
+  fvec squares{};
   float tail = 0.0f;
-  for_lanes(width, [&](int64_t i) { const f32x16 v = load16(src + i); squares += v * v; },
+  for_lanes(width, [&](int64_t i) { const fvec v = loadv(src + i); squares += v * v; },
             [&](int64_t i) { tail += to_float(src[i]) * to_float(src[i]); });
   const float inv = 1.0f / std::sqrt((reduce_add(squares) + tail) / static_cast<float>(width) + eps);
   T* tag = nullptr;
-  for_lanes(width, [&](int64_t i) { store16(x + i, load16(weight + i) * rounded(load16(src + i) * inv, tag)); },
+  for_lanes(width, [&](int64_t i) { storev(x + i, loadv(weight + i) * rounded(loadv(src + i) * inv, tag)); },
             [&](int64_t i) { store(x + i, to_float(weight[i]) * rounded(to_float(src[i]) * inv, tag)); });
 }
 
@@ -47,7 +47,7 @@ void add_rms_norm(T* x, int64_t x_stride, T* residual, int64_t residual_stride, 
         continue;
       }
       T* res = residual + r * residual_stride;
-      for_lanes(width, [&](int64_t i) { store16(res + i, load16(res + i) + load16(xr + i)); },
+      for_lanes(width, [&](int64_t i) { storev(res + i, loadv(res + i) + loadv(xr + i)); },
                 [&](int64_t i) { store(res + i, to_float(res[i]) + to_float(xr[i])); });
       norm_row(xr, res, weight, width, eps);
     }
@@ -67,9 +67,9 @@ void rotary(T* x, int64_t stride, int64_t rows, int64_t num_heads, int64_t head_
         for_lanes(
             half,
             [&](int64_t i) {
-              const f32x16 a = load16(lo + i), b = load16(hi + i);
-              store16(lo + i, a * load16(c + i) - b * load16(s + i));
-              store16(hi + i, b * load16(c + half + i) + a * load16(s + half + i));
+              const fvec a = loadv(lo + i), b = loadv(hi + i);
+              storev(lo + i, a * loadv(c + i) - b * loadv(s + i));
+              storev(hi + i, b * loadv(c + half + i) + a * loadv(s + half + i));
             },
             [&](int64_t i) {
               const float a = to_float(lo[i]), b = to_float(hi[i]);

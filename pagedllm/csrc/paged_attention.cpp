@@ -6,9 +6,10 @@
 // online softmax per row in float32: running max m, running sum l, unnormalised output acc. Rows only see
 // keys up to their own position (causal over the cached prefix plus the new tokens).
 //
-// Two shapes of loop: with 8 or more rows (prefill, shared prefixes) 16 rows sit in the lanes of a vector,
-// for the scores, the softmax and the output alike (in bfloat16 with AVX512-BF16, as pair dot products of
-// bfloat16); with fewer (decodes) one dot product per (row, key), the keys of a tile in the lanes.
+// Two shapes of loop: with half a vector of rows or more (prefill, shared prefixes) rows sit in the lanes
+// of a vector, for the scores, the softmax and the output alike (in bfloat16 with AVX512-BF16, as pair dot
+// products of bfloat16); with fewer (decodes) one dot product per (row, key), the keys of a tile in the
+// lanes. A vector is 16 floats with AVX-512 and 8 with AVX2 (vec.h).
 //
 // A prefix of blocks that several sequences' tables share (prefix caching, forks) is attended once for all
 // of their rows together, and each of their tiles then walks only its own keys after it. When there are
@@ -34,7 +35,7 @@
 namespace pagedllm {
 namespace {
 
-constexpr int64_t kKeyTile = 16;          // keys scored together
+constexpr int64_t kKeyTile = kLanes;      // keys scored together (one vector of them, for few rows)
 constexpr int64_t kCopyKeys = 64;         // keys copied together
 static_assert(kCopyKeys % kKeyTile == 0, "a copy holds whole key tiles");
 constexpr int64_t kRowsPerTile = 48;      // target rows (tokens x group heads) of one tile
@@ -47,13 +48,13 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // bfloat16 values into float32 sums, twice the work per instruction of widening to float32 first.
 #if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 constexpr bool kHasPairDot = true;
-// acc + a[2i] b[2i] + a[2i+1] b[2i+1] in lane i, for a and b holding 16 pairs of bfloat16 each
-inline f32x16 pair_dot(f32x16 acc, u32x16 a, u32x16 b) {
-  return bit_cast<f32x16>(_mm512_dpbf16_ps(bit_cast<__m512>(acc), bit_cast<__m512bh>(a), bit_cast<__m512bh>(b)));
+// acc + a[2i] b[2i] + a[2i+1] b[2i+1] in lane i, for a and b holding a pair of bfloat16 per lane
+inline fvec pair_dot(fvec acc, uvec a, uvec b) {
+  return bit_cast<fvec>(_mm512_dpbf16_ps(bit_cast<__m512>(acc), bit_cast<__m512bh>(a), bit_cast<__m512bh>(b)));
 }
 #else
 constexpr bool kHasPairDot = false;
-inline f32x16 pair_dot(f32x16 acc, u32x16, u32x16) { return acc; }  // never called: kHasPairDot is false
+inline fvec pair_dot(fvec acc, uvec, uvec) { return acc; }  // never called: kHasPairDot is false
 #endif
 
 // The pair (lo, hi) of two bfloat16 values as one 32-bit word, lo in the low half (the order in memory).
@@ -65,8 +66,8 @@ inline uint32_t load_pair(const bf16_t* p) {
 
 // Lane i: the bfloat16 of lo[i] in the low half, of hi[i] in the high half; lo and hi already hold
 // bfloat16 values (their low 16 bits are zero), so this truncation is exact.
-inline u32x16 pair_up(f32x16 lo, f32x16 hi) {
-  return (bit_cast<u32x16>(lo) >> 16) | (bit_cast<u32x16>(hi) & 0xFFFF0000u);
+inline uvec pair_up(fvec lo, fvec hi) {
+  return (bit_cast<uvec>(lo) >> 16) | (bit_cast<uvec>(hi) & 0xFFFF0000u);
 }
 
 struct Tile {
@@ -272,17 +273,21 @@ __attribute__((noinline)) Scratch& thread_scratch() {
   return s;
 }
 
-// One instantiation per cache dtype T and head dim (kChunks vectors of 16 floats).
+// One instantiation per cache dtype T and head dim (kChunks vectors).
 template <typename T, int kChunks>
 class Kernel {
  public:
   static constexpr int64_t kDim = kChunks * kLanes;
-  // Few rows (decodes): rows whose 16-wide output slices stay in registers together while the value rows
+  // Few rows (decodes): rows whose one-vector output slices stay in registers together while the value rows
   // stream past: 8 for bfloat16, whose rows cost a widening per load, 4 for float32.
   static constexpr int64_t kRowBlock = std::is_same_v<T, float> ? 4 : 8;
-  static constexpr int64_t kMaxScoreVecs = 3;  // row vectors per pass of the many-row loops
-  static constexpr int64_t kPassKeys = 8;      // keys per score pass: 3 x 8 accumulators
-  static constexpr int64_t kPassDims = 8;      // head dims per value pass: 8 x 3 accumulators
+  // The many-row loops' register blocks: row vectors per pass, keys per score pass and head dims per value
+  // pass. AVX-512's 32 registers hold 3 x 8 accumulators, AVX2's 16 hold 3 x 4.
+#if defined(__AVX512F__)
+  static constexpr int64_t kMaxScoreVecs = 3, kPassKeys = 8, kPassDims = 8;
+#else  // 3 x 4 measured as fast as 1 x 8 in float32 and 1.5x as fast in bfloat16 (prefill, chunks)
+  static constexpr int64_t kMaxScoreVecs = 3, kPassKeys = 4, kPassDims = 4;
+#endif
   static constexpr int64_t kScoreRows = 4;     // few-row scores: rows sharing each key load
   static constexpr bool kPairs = std::is_same_v<T, bf16_t> && kHasPairDot;  // many-row loops on pair dots
 
@@ -378,7 +383,7 @@ class Kernel {
           }
         }
         for (int64_t c = 0; c < kChunks; ++c)
-          store16(s.q_rows.data() + row * kDim + c * kLanes, load16(src + c * kLanes) * a_.scale);
+          storev(s.q_rows.data() + row * kDim + c * kLanes, loadv(src + c * kLanes) * a_.scale);
       }
     }
     if (!lanes) {
@@ -422,7 +427,7 @@ class Kernel {
       const int64_t count = std::min(kCopyKeys, key_end - key0);
       const T* src[kCopyKeys];
       for_each_key(t, key0, count, [&](int64_t j, const T* k) { src[j] = k; });
-      // rows in the order j = 0, 16, 32, 48, 1, 17, ...: up to 8 streams (K and V of 4 blocks) in flight
+      // rows in the order j = 0, kKeyTile, 2 kKeyTile, ..., 1, ...: several blocks' K and V streams in flight
       for (int64_t r = 0; r < kKeyTile; ++r)
         for (int64_t j = r; j < count; j += kKeyTile) {
           std::memcpy(k_copy + j * kDim, src[j], kDim * sizeof(T));
@@ -437,7 +442,7 @@ class Kernel {
   static const T* key_row(const Scratch& s, int64_t j) { return static_cast<const T*>(s.keys) + j * kDim; }
   static const T* value_row(const Scratch& s, int64_t j) { return static_cast<const T*>(s.values) + j * kDim; }
 
-  // Many rows: 16 rows per vector, one key element broadcast at a time (no horizontal sums).
+  // Many rows: a vector of rows, one key element broadcast at a time (no horizontal sums).
   void score_lanes(Scratch& s, int64_t width, int64_t first_vec, int64_t n) const {
     for_row_vectors(width, first_vec, [&](auto vecs, int64_t vec) {
       score_lanes_block<decltype(vecs)::value>(s, width, vec, n);
@@ -466,22 +471,22 @@ class Kernel {
     for (int64_t j = 0; j < n; j += kPassKeys) {
       const T* k[kPassKeys];
       for (int64_t i = 0; i < kPassKeys; ++i) k[i] = key_row(s, std::min(j + i, n - 1));
-      f32x16 acc[kVecs][kPassKeys] = {};
+      fvec acc[kVecs][kPassKeys] = {};
       if constexpr (kPairs) {
         const uint32_t* q = s.q_pairs.data() + vec * kLanes;
         for (int64_t d = 0; d < kDim; d += 2) {
-          u32x16 qd[kVecs];
+          uvec qd[kVecs];
           for (int64_t v = 0; v < kVecs; ++v) std::memcpy(&qd[v], q + d / 2 * width + v * kLanes, sizeof qd[v]);
           for (int64_t i = 0; i < kPassKeys; ++i) {
-            const u32x16 kd = u32x16{} + load_pair(k[i] + d);
+            const uvec kd = uvec{} + load_pair(k[i] + d);
             for (int64_t v = 0; v < kVecs; ++v) acc[v][i] = pair_dot(acc[v][i], qd[v], kd);
           }
         }
       } else {
         const float* q = s.q_lanes.data() + vec * kLanes;
         for (int64_t d = 0; d < kDim; ++d) {
-          f32x16 qd[kVecs];
-          for (int64_t v = 0; v < kVecs; ++v) qd[v] = load16(q + d * width + v * kLanes);
+          fvec qd[kVecs];
+          for (int64_t v = 0; v < kVecs; ++v) qd[v] = loadv(q + d * width + v * kLanes);
           for (int64_t i = 0; i < kPassKeys; ++i) {
             const float kd = to_float(k[i][d]);
             for (int64_t v = 0; v < kVecs; ++v) acc[v][i] += qd[v] * kd;
@@ -491,12 +496,12 @@ class Kernel {
       for (int64_t i = 0; i < kPassKeys && j + i < n; ++i)
         for (int64_t v = 0; v < kVecs; ++v) {
           if constexpr (kPairs) acc[v][i] *= a_.scale;
-          store16(s.scores.data() + (j + i) * width + (vec + v) * kLanes, acc[v][i]);
+          storev(s.scores.data() + (j + i) * width + (vec + v) * kLanes, acc[v][i]);
         }
     }
   }
 
-  // Few rows (decodes): 16 dot products per row, reduced together into one vector of scores (keys in
+  // Few rows (decodes): kKeyTile dot products per row, reduced together into one vector of scores (keys in
   // lanes), then the online softmax step on that vector; probabilities land in scores[row][key]. Rows go
   // kScoreRows at a time so that each key row is loaded (and widened, for bfloat16) once for all of them.
   void score_softmax_rows(Scratch& s, int64_t first, int64_t num_rows, int64_t key0, int64_t n) const {
@@ -512,15 +517,15 @@ class Kernel {
 
   template <int kRows>
   void score_softmax_block(Scratch& s, int64_t r0, int64_t key0, int64_t n) const {
-    f32x16 dots[kRows][kKeyTile];
+    fvec dots[kRows][kKeyTile];
     const float* q = s.q_rows.data() + r0 * kDim;
     for (int64_t j = 0; j < kKeyTile; ++j) {
       const T* k = key_row(s, std::min(j, n - 1));
-      f32x16 key[kChunks];
-      for (int64_t c = 0; c < kChunks; ++c) key[c] = load16(k + c * kLanes);
+      fvec key[kChunks];
+      for (int64_t c = 0; c < kChunks; ++c) key[c] = loadv(k + c * kLanes);
       for (int64_t b = 0; b < kRows; ++b) {
-        f32x16 dot = load16(q + b * kDim) * key[0];
-        for (int64_t c = 1; c < kChunks; ++c) dot += load16(q + b * kDim + c * kLanes) * key[c];
+        fvec dot = loadv(q + b * kDim) * key[0];
+        for (int64_t c = 1; c < kChunks; ++c) dot += loadv(q + b * kDim + c * kLanes) * key[c];
         dots[b][j] = dot;
       }
     }
@@ -529,51 +534,51 @@ class Kernel {
 
   // The online softmax step of row r over the scores of keys key0 .. key0+15 (lanes past n or past the
   // row's position are masked).
-  static void softmax_row(Scratch& s, int64_t r, int64_t key0, int64_t n, f32x16 raw) {
+  static void softmax_row(Scratch& s, int64_t r, int64_t key0, int64_t n, fvec raw) {
     const float valid = static_cast<float>(std::min(n, static_cast<int64_t>(s.limit[r]) - key0 + 1));
-    const f32x16 scores = kIota < valid ? raw : splat(kNegInf);
+    const fvec scores = kIota < valid ? raw : splat(kNegInf);
     const float new_max = std::max(s.m[r], reduce_max(scores));  // finite: row r sees key0
-    const f32x16 e = fast_exp(scores - new_max);
-    store16(s.scores.data() + r * kKeyTile, e);
+    const fvec e = fast_exp(scores - new_max);
+    storev(s.scores.data() + r * kKeyTile, e);
     s.alpha[r] = fast_exp(s.m[r] - new_max);
     s.l[r] = s.l[r] * s.alpha[r] + reduce_add(e);
     s.m[r] = new_max;
   }
 
-  // Online softmax over keys key0 .. key0+n-1 for 16 rows at a time; scores become probabilities.
+  // Online softmax over keys key0 .. key0+n-1 for a vector of rows at a time; scores become probabilities.
   void softmax_lanes(Scratch& s, int64_t width, int64_t first_vec, int64_t key0, int64_t n) const {
     for (int64_t v = first_vec; v < width / kLanes; ++v) {
       const int64_t at = v * kLanes;
-      const f32x16 limit = load16(s.limit.data() + at);
+      const fvec limit = loadv(s.limit.data() + at);
       // below the diagonal every real row sees every key of the tile (padding rows, limit -1, are not read)
       const float first_limit = -reduce_max(limit < 0.0f ? splat(kNegInf) : -limit);
       const bool all_visible = static_cast<float>(key0 + n - 1) <= first_limit;
-      f32x16 tile_max = splat(kNegInf);
+      fvec tile_max = splat(kNegInf);
       for (int64_t j = 0; j < n; ++j) {
         float* p = s.scores.data() + j * width + at;
         if (all_visible) {
-          tile_max = vmax(tile_max, load16(p));
+          tile_max = vmax(tile_max, loadv(p));
           continue;
         }
-        const f32x16 masked = splat(static_cast<float>(key0 + j)) <= limit ? load16(p) : splat(kNegInf);
-        store16(p, masked);
+        const fvec masked = splat(static_cast<float>(key0 + j)) <= limit ? loadv(p) : splat(kNegInf);
+        storev(p, masked);
         tile_max = vmax(tile_max, masked);
       }
-      const f32x16 old_max = load16(s.m.data() + at);
-      const f32x16 new_max = vmax(old_max, tile_max);
-      const f32x16 shift = new_max == kNegInf ? f32x16{} : new_max;  // a row with no key yet stays empty
-      const f32x16 alpha = fast_exp(old_max - shift);
-      f32x16 sum{};
+      const fvec old_max = loadv(s.m.data() + at);
+      const fvec new_max = vmax(old_max, tile_max);
+      const fvec shift = new_max == kNegInf ? fvec{} : new_max;  // a row with no key yet stays empty
+      const fvec alpha = fast_exp(old_max - shift);
+      fvec sum{};
       for (int64_t j = 0; j < n; ++j) {
         float* p = s.scores.data() + j * width + at;
-        f32x16 e = fast_exp(load16(p) - shift);
+        fvec e = fast_exp(loadv(p) - shift);
         if (kPairs) e = round_to_bf16(e);  // the value loop multiplies them as bfloat16: l sums the same
-        store16(p, e);
+        storev(p, e);
         sum += e;
       }
-      store16(s.l.data() + at, load16(s.l.data() + at) * alpha + sum);
-      store16(s.m.data() + at, new_max);
-      store16(s.alpha.data() + at, alpha);
+      storev(s.l.data() + at, loadv(s.l.data() + at) * alpha + sum);
+      storev(s.m.data() + at, new_max);
+      storev(s.alpha.data() + at, alpha);
     }
   }
 
@@ -597,19 +602,19 @@ class Kernel {
   template <int kRows>
   void accumulate_rows(Scratch& s, int64_t r0, int64_t n) const {
     const float* p = s.scores.data() + r0 * kKeyTile;
-    for (int64_t c = 0; c < kChunks; ++c) {  // one 16-wide slice of the head at a time: kRows accumulators
-      f32x16 out[kRows];
-      for (int64_t b = 0; b < kRows; ++b) out[b] = load16(s.acc.data() + (r0 + b) * kDim + c * kLanes) * s.alpha[r0 + b];
+    for (int64_t c = 0; c < kChunks; ++c) {  // one vector-wide slice of the head at a time: kRows accumulators
+      fvec out[kRows];
+      for (int64_t b = 0; b < kRows; ++b) out[b] = loadv(s.acc.data() + (r0 + b) * kDim + c * kLanes) * s.alpha[r0 + b];
       for (int64_t j = 0; j < n; ++j) {
-        const f32x16 v = load16(value_row(s, j) + c * kLanes);
+        const fvec v = loadv(value_row(s, j) + c * kLanes);
         for (int64_t b = 0; b < kRows; ++b) out[b] += v * p[b * kKeyTile + j];
       }
-      for (int64_t b = 0; b < kRows; ++b) store16(s.acc.data() + (r0 + b) * kDim + c * kLanes, out[b]);
+      for (int64_t b = 0; b < kRows; ++b) storev(s.acc.data() + (r0 + b) * kDim + c * kLanes, out[b]);
     }
   }
 
-  // Many rows: acc_lanes[d] (16 rows per vector) = alpha acc_lanes[d] + sum_j p_j v_jd, with the probabilities
-  // of 16 rows in one vector and each value element broadcast (the transpose of `accumulate`: every load
+  // Many rows: acc_lanes[d] (a vector of rows) = alpha acc_lanes[d] + sum_j p_j v_jd, with the probabilities
+  // of a vector of rows together and each value element broadcast (the transpose of `accumulate`: every load
   // feeds several FMAs, where there one value slice feeds as many FMAs as rows it holds in registers).
   void accumulate_lanes(Scratch& s, int64_t width, int64_t first_vec, int64_t n) const {
     if constexpr (kPairs) make_pairs(s, width, first_vec, n);
@@ -623,28 +628,28 @@ class Kernel {
   template <int kVecs>
   void accumulate_lanes_block(Scratch& s, int64_t width, int64_t vec, int64_t n) const {
     float* acc = s.acc_lanes.data() + vec * kLanes;
-    f32x16 alpha[kVecs];
-    for (int64_t v = 0; v < kVecs; ++v) alpha[v] = load16(s.alpha.data() + (vec + v) * kLanes);
+    fvec alpha[kVecs];
+    for (int64_t v = 0; v < kVecs; ++v) alpha[v] = loadv(s.alpha.data() + (vec + v) * kLanes);
     for (int64_t d0 = 0; d0 < kDim; d0 += kPassDims) {
-      f32x16 out[kPassDims][kVecs];
+      fvec out[kPassDims][kVecs];
       for (int64_t i = 0; i < kPassDims; ++i)
-        for (int64_t v = 0; v < kVecs; ++v) out[i][v] = load16(acc + (d0 + i) * width + v * kLanes) * alpha[v];
+        for (int64_t v = 0; v < kVecs; ++v) out[i][v] = loadv(acc + (d0 + i) * width + v * kLanes) * alpha[v];
       if constexpr (kPairs) {
         const uint32_t* p = s.p_pairs.data() + vec * kLanes;
         for (int64_t j = 0; j < n; j += 2) {
-          u32x16 pj[kVecs];
+          uvec pj[kVecs];
           for (int64_t v = 0; v < kVecs; ++v) std::memcpy(&pj[v], p + j / 2 * width + v * kLanes, sizeof pj[v]);
           const uint32_t* value = s.v_pairs.data() + j / 2 * kDim + d0;
           for (int64_t i = 0; i < kPassDims; ++i) {
-            const u32x16 vd = u32x16{} + value[i];
+            const uvec vd = uvec{} + value[i];
             for (int64_t v = 0; v < kVecs; ++v) out[i][v] = pair_dot(out[i][v], pj[v], vd);
           }
         }
       } else {
         const float* p = s.scores.data() + vec * kLanes;
         for (int64_t j = 0; j < n; ++j) {
-          f32x16 pj[kVecs];
-          for (int64_t v = 0; v < kVecs; ++v) pj[v] = load16(p + j * width + v * kLanes);
+          fvec pj[kVecs];
+          for (int64_t v = 0; v < kVecs; ++v) pj[v] = loadv(p + j * width + v * kLanes);
           const T* value = value_row(s, j) + d0;
           for (int64_t i = 0; i < kPassDims; ++i) {
             const float vd = to_float(value[i]);
@@ -653,7 +658,7 @@ class Kernel {
         }
       }
       for (int64_t i = 0; i < kPassDims; ++i)
-        for (int64_t v = 0; v < kVecs; ++v) store16(acc + (d0 + i) * width + v * kLanes, out[i][v]);
+        for (int64_t v = 0; v < kVecs; ++v) storev(acc + (d0 + i) * width + v * kLanes, out[i][v]);
     }
   }
 
@@ -664,12 +669,12 @@ class Kernel {
       const bool partner = j + 1 < n;
       for (int64_t v = first_vec; v < width / kLanes; ++v) {
         const float* p = s.scores.data() + j * width + v * kLanes;
-        const u32x16 pair = pair_up(load16(p), partner ? load16(p + width) : f32x16{});
+        const uvec pair = pair_up(loadv(p), partner ? loadv(p + width) : fvec{});
         std::memcpy(s.p_pairs.data() + j / 2 * width + v * kLanes, &pair, sizeof pair);
       }
       for (int64_t c = 0; c < kChunks; ++c) {
-        const f32x16 lo = load16(value_row(s, j) + c * kLanes);
-        const u32x16 pair = pair_up(lo, partner ? load16(value_row(s, j + 1) + c * kLanes) : f32x16{});
+        const fvec lo = loadv(value_row(s, j) + c * kLanes);
+        const uvec pair = pair_up(lo, partner ? loadv(value_row(s, j + 1) + c * kLanes) : fvec{});
         std::memcpy(s.v_pairs.data() + j / 2 * kDim + c * kLanes, &pair, sizeof pair);
       }
     }
@@ -712,7 +717,7 @@ class Kernel {
     for (int64_t r = 0; r < num_rows; ++r) {
       T* dst = out + (token_index(t, r) * a_.num_heads + head_index(t, r)) * kDim;
       const float inv = 1.0f / sums[r];  // every row sees at least its own key, so sums[r] > 0
-      for (int64_t c = 0; c < kChunks; ++c) store16(dst + c * kLanes, load16(acc + r * kDim + c * kLanes) * inv);
+      for (int64_t c = 0; c < kChunks; ++c) storev(dst + c * kLanes, loadv(acc + r * kDim + c * kLanes) * inv);
     }
   }
 };
@@ -720,10 +725,10 @@ class Kernel {
 template <typename T>
 void dispatch(const PagedAttentionArgs& a) {
   switch (a.head_dim) {
-    case 16: Kernel<T, 1>(a).run(); break;
-    case 32: Kernel<T, 2>(a).run(); break;
-    case 64: Kernel<T, 4>(a).run(); break;
-    case 128: Kernel<T, 8>(a).run(); break;
+    case 16: Kernel<T, 16 / kLanes>(a).run(); break;
+    case 32: Kernel<T, 32 / kLanes>(a).run(); break;
+    case 64: Kernel<T, 64 / kLanes>(a).run(); break;
+    case 128: Kernel<T, 128 / kLanes>(a).run(); break;
     default: throw std::invalid_argument("paged_attention supports head_dim 16, 32, 64 and 128");
   }
 }

@@ -1,6 +1,7 @@
-// Scalar and 16-lane vector helpers: bfloat16 <-> float conversion by bit shifts, and an exp without
-// library calls. The vectors are GCC vector extensions of 16 floats; built with -march=native the compiler
-// maps each operation to one AVX-512 instruction, or two AVX2 ones, whatever the CPU has.
+// Scalar and vector helpers: bfloat16 <-> float conversion by bit shifts, and an exp without library calls.
+// The vectors are GCC vector extensions as wide as the CPU's registers: 16 floats with AVX-512, 8 without.
+// (A 16-float vector type on an AVX2 build is kept in memory and copied 8 bytes at a time through general
+// registers: the attention kernel ran 10-25x slower than its AVX-512 build instead of about 2x.)
 #pragma once
 
 #include <algorithm>
@@ -35,11 +36,15 @@ inline bf16_t round_to_bf16(float x) {
 inline void store(float* dst, float x) { *dst = x; }
 inline void store(bf16_t* dst, float x) { *dst = round_to_bf16(x); }
 
+#if defined(__AVX512F__)
 constexpr int64_t kLanes = 16;
-typedef float f32x16 __attribute__((vector_size(64)));
-typedef int32_t i32x16 __attribute__((vector_size(64)));
-typedef uint32_t u32x16 __attribute__((vector_size(64)));
-typedef uint16_t u16x16 __attribute__((vector_size(32)));
+#else
+constexpr int64_t kLanes = 8;
+#endif
+typedef float fvec __attribute__((vector_size(4 * kLanes)));
+typedef int32_t ivec __attribute__((vector_size(4 * kLanes)));
+typedef uint32_t uvec __attribute__((vector_size(4 * kLanes)));
+typedef uint16_t hvec __attribute__((vector_size(2 * kLanes)));
 typedef float f32x8 __attribute__((vector_size(32)));
 typedef float f32x4 __attribute__((vector_size(16)));
 
@@ -52,58 +57,76 @@ inline To bit_cast(From v) {
   return out;
 }
 
-inline f32x16 splat(float x) { return f32x16{} + x; }
+inline fvec splat(float x) { return fvec{} + x; }
 
-inline f32x16 load16(const float* p) {
-  f32x16 v;
+inline fvec loadv(const float* p) {
+  fvec v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
 
-inline f32x16 load16(const bf16_t* p) {
+inline fvec loadv(const bf16_t* p) {
 #if defined(__AVX512F__)
   // one widening load (GCC splits the generic conversion below into 256-bit halves and re-joins them)
   const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  return bit_cast<f32x16>(_mm512_slli_epi32(wide, 16));
+  return bit_cast<fvec>(_mm512_slli_epi32(wide, 16));
 #else
-  u16x16 half;
+  hvec half;
   std::memcpy(&half, p, sizeof half);
-  return bit_cast<f32x16>(__builtin_convertvector(half, u32x16) << 16);
+  return bit_cast<fvec>(__builtin_convertvector(half, uvec) << 16);
 #endif
 }
 
-inline void store16(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
+inline void storev(float* p, fvec v) { std::memcpy(p, &v, sizeof v); }
 
 // The bfloat16 bits of v (round to nearest even; NaN stays NaN), in the high halves of 32-bit lanes.
-inline u32x16 bf16_bits(f32x16 v) {
-  const u32x16 bits = bit_cast<u32x16>(v);
-  const u32x16 rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
-  return v != v ? u32x16{} + 0x7FC00000u : rounded;
+inline uvec bf16_bits(fvec v) {
+  const uvec bits = bit_cast<uvec>(v);
+  const uvec rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
+  return v != v ? uvec{} + 0x7FC00000u : rounded;
 }
 
 // v rounded to bfloat16 precision, kept as float.
-inline f32x16 round_to_bf16(f32x16 v) { return bit_cast<f32x16>(bf16_bits(v)); }
+inline fvec round_to_bf16(fvec v) { return bit_cast<fvec>(bf16_bits(v)); }
 
-inline void store16(bf16_t* p, f32x16 v) {
-  const u16x16 half = __builtin_convertvector(bf16_bits(v) >> 16, u16x16);
+inline void storev(bf16_t* p, fvec v) {
+  const hvec half = __builtin_convertvector(bf16_bits(v) >> 16, hvec);
   std::memcpy(p, &half, sizeof half);
 }
 
-inline f32x16 vmax(f32x16 a, f32x16 b) { return a > b ? a : b; }
+inline fvec vmax(fvec a, fvec b) { return a > b ? a : b; }
 inline f32x8 vmax8(f32x8 a, f32x8 b) { return a > b ? a : b; }
-constexpr f32x16 kIota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
-inline float reduce_add(f32x16 v) {
-  const f32x8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
-                  __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+#if defined(__AVX512F__)
+constexpr fvec kIota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+inline f32x8 low_half(fvec v) { return __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7); }
+inline f32x8 high_half(fvec v) { return __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15); }
+inline f32x8 fold_sum(fvec v) { return low_half(v) + high_half(v); }
+inline f32x8 fold_max(fvec v) { return vmax8(low_half(v), high_half(v)); }
+#else
+constexpr fvec kIota = {0, 1, 2, 3, 4, 5, 6, 7};
+inline f32x8 fold_sum(fvec v) { return v; }
+inline f32x8 fold_max(fvec v) { return v; }
+#endif
+
+inline float reduce_add(fvec v) {
+  const f32x8 a = fold_sum(v);
   const f32x4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
   return (b[0] + b[2]) + (b[1] + b[3]);
 }
 
-// Sixteen horizontal sums at once: lane j of the result is the sum of the lanes of x[j] (j < 16), by a
-// tree of two-vector shuffles (15 steps of 2 shuffles + 1 add) instead of 16 separate reductions.
-inline f32x16 transpose_sums(const f32x16* x) {
-  f32x16 t[8], u[4], w[2];
+inline float reduce_max(fvec v) {
+  const f32x8 a = fold_max(v);
+  float out = a[0];
+  for (int i = 1; i < 8; ++i) out = out > a[i] ? out : a[i];
+  return out;
+}
+
+// kLanes horizontal sums at once: lane j of the result is the sum of the lanes of x[j] (j < kLanes), by a
+// tree of two-vector shuffles (kLanes - 1 steps of 2 shuffles + 1 add) instead of kLanes reductions.
+#if defined(__AVX512F__)
+inline fvec transpose_sums(const fvec* x) {
+  fvec t[8], u[4], w[2];
   for (int i = 0; i < 8; ++i)  // lanes 0-7: 8 partials of x[2i]; lanes 8-15: of x[2i+1]
     t[i] = __builtin_shufflevector(x[2 * i], x[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
            __builtin_shufflevector(x[2 * i], x[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
@@ -116,18 +139,23 @@ inline f32x16 transpose_sums(const f32x16* x) {
   return __builtin_shufflevector(w[0], w[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
          __builtin_shufflevector(w[0], w[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
 }
-
-inline float reduce_max(f32x16 v) {
-  const f32x8 a = vmax8(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7),
-                        __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15));
-  float out = a[0];
-  for (int i = 1; i < 8; ++i) out = out > a[i] ? out : a[i];
-  return out;
+#else
+inline fvec transpose_sums(const fvec* x) {
+  fvec t[4], u[2];
+  for (int i = 0; i < 4; ++i)  // lanes 0-3: 4 partials of x[2i]; lanes 4-7: of x[2i+1]
+    t[i] = __builtin_shufflevector(x[2 * i], x[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11) +
+           __builtin_shufflevector(x[2 * i], x[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15);
+  for (int i = 0; i < 2; ++i)  // 2 partials each of 4 consecutive x
+    u[i] = __builtin_shufflevector(t[2 * i], t[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13) +
+           __builtin_shufflevector(t[2 * i], t[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15);
+  return __builtin_shufflevector(u[0], u[1], 0, 2, 4, 6, 8, 10, 12, 14) +
+         __builtin_shufflevector(u[0], u[1], 1, 3, 5, 7, 9, 11, 13, 15);
 }
+#endif
 
 // e^x within ~2 float ulps for x in [-87, 88]; exactly 0 below -87 (so a masked score of -inf weighs 0).
 // e^x = 2^n * e^f with n = round(x / ln 2) and |f| <= ln(2) / 2, e^f by its degree-7 Taylor polynomial.
-// One body for a float (F = float, I = int32_t) and for 16 lanes (F = f32x16, I = i32x16).
+// One body for a float (F = float, I = int32_t) and for a vector (F = fvec, I = ivec).
 template <typename F, typename I>
 inline F exp_approx(F x) {
   const F zero{};
@@ -148,6 +176,6 @@ inline F exp_approx(F x) {
 }
 
 inline float fast_exp(float x) { return exp_approx<float, int32_t>(x); }
-inline f32x16 fast_exp(f32x16 x) { return exp_approx<f32x16, i32x16>(x); }
+inline fvec fast_exp(fvec x) { return exp_approx<fvec, ivec>(x); }
 
 }  // namespace pagedllm
