@@ -1,23 +1,26 @@
-// The projections' matmul: y = x W^T + bias over W packed into panels of 48 output columns.
+// The projections' matmul: y = x W^T + bias over W packed into panels of kPanelCols output columns.
 //
-// Each thread takes a run of panels. For every panel, 8 rows of x at a time are multiplied into 8 x 48
-// outputs held in 24 registers: per panel row, three vectors of the panel are loaded and each of the 8 x
-// values (bfloat16: pairs of values) is broadcast into three FMAs (bfloat16: pair dot products). A decode
-// step streams all of the weights from memory for a few dozen rows, so while a thread works on one panel
-// it prefetches the next, a few lines per panel row: the memory reads overlap the arithmetic. oneDNN's
-// prepacked matmul does not, and at 1-64 rows this runs 1.2-1.9x faster than it, at the same speed from
-// 1024 rows up (docs/models.md). A gated weight (an MLP's [gate; up]) is packed with 24 gate columns and
-// the matching 24 up columns in each panel, and its tiles are stored as silu(gate) * up.
+// Each thread takes a run of panels. For every panel, a few rows of x at a time are multiplied into a
+// register tile: with AVX-512, 8 rows x 48 columns in 24 registers; with AVX2, 6 rows x 16 columns in 12
+// of its 16. Per panel row, the panel's vectors are loaded once and each x value (bfloat16: pair of
+// values) is broadcast into one FMA per vector (bfloat16: pair dot products). A decode step streams all
+// of the weights from memory for a few dozen rows, so while a thread works on one panel it prefetches
+// the next, a line or three per panel row: the memory reads overlap the arithmetic. oneDNN's prepacked
+// matmul does not, and at 1-64 rows this runs 1.2-1.9x faster than it, at about the same speed from
+// 1024 rows up (docs/models.md). A gated weight (an MLP's [gate; up]) is packed with half a panel of
+// gate columns and the matching up columns in each panel, and its tiles are stored as silu(gate) * up.
 #include "linear.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <stdexcept>
 #include <type_traits>
+#include <utility>
 
 #include "parallel.h"
 
-#if defined(__AVX512F__)
+#if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -57,50 +60,98 @@ void pack_linear_weight(const T* w, int64_t rows, int64_t k, bool gated, T* pane
 template void pack_linear_weight<float>(const float*, int64_t, int64_t, bool, float*);
 template void pack_linear_weight<bf16_t>(const bf16_t*, int64_t, int64_t, bool, bf16_t*);
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 
 namespace {
 
-constexpr int64_t kTileRows = 8;     // rows of x per register tile: 8 x 3 accumulators
 constexpr int64_t kRowChunk = 512;   // rows per pass over the weights (more: x no longer stays in cache)
-constexpr int64_t kPanelRowBytes = kPanelCols * 4;  // 3 cache lines, float32 or bfloat16 pairs alike
+constexpr int64_t kPanelRowBytes = kPanelCols * 4;  // float32 or bfloat16 pairs alike
+
+// The register type of one panel vector (kLanes floats) and the few operations the tiles use on it.
+#if defined(__AVX512F__)
+using Reg = __m512;
+using Mask = __mmask16;
+constexpr int kTileRows = 8;  // rows of x per register tile: 8 x 3 accumulators of the 32 registers
+
+inline Reg reg_zero() { return _mm512_setzero_ps(); }
+inline Reg reg_load(const float* p) { return _mm512_loadu_ps(p); }
+inline Reg reg_broadcast(const float* p) { return _mm512_set1_ps(*p); }
+inline Reg reg_fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
+inline Reg reg_load_masked(Mask mask, const float* p) { return _mm512_maskz_loadu_ps(mask, p); }
+inline void reg_store_masked(float* p, Mask mask, Reg v) { _mm512_mask_storeu_ps(p, mask, v); }
 
 // Lanes of vector c (columns 16c .. 16c + 15) that fall inside the panel's `cols` real columns.
-__mmask16 column_mask(int64_t cols, int c) {
-  const int64_t lanes = std::clamp<int64_t>(cols - 16 * c, 0, 16);
-  return static_cast<__mmask16>((1u << lanes) - 1u);
+Mask column_mask(int64_t cols, int c) {
+  const int64_t lanes = std::clamp<int64_t>(cols - kLanes * c, 0, kLanes);
+  return static_cast<Mask>((1u << lanes) - 1u);
 }
+
+// A gated panel's row of accumulators holds gate 0-15 | gate 16-23, up 0-7 | up 8-23: gate[v] and up[v]
+// are the matching vectors of outputs 0-15 and 16-23 (lanes 0-7).
+constexpr int kGatedVecs = 2;
+inline void split_gated(const Reg (&acc)[kPanelVecs], Reg (&gate)[kGatedVecs], Reg (&up)[kGatedVecs]) {
+  const __m512i up_first = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23);
+  gate[0] = acc[0];
+  gate[1] = acc[1];
+  up[0] = _mm512_permutex2var_ps(acc[1], up_first, acc[2]);
+  up[1] = _mm512_shuffle_f32x4(acc[2], acc[2], _MM_SHUFFLE(3, 2, 3, 2));
+}
+#else
+using Reg = __m256;
+using Mask = __m256i;
+constexpr int kTileRows = 6;  // rows of x per register tile: 6 x 2 accumulators of the 16 registers
+
+inline Reg reg_zero() { return _mm256_setzero_ps(); }
+inline Reg reg_load(const float* p) { return _mm256_loadu_ps(p); }
+inline Reg reg_broadcast(const float* p) { return _mm256_broadcast_ss(p); }
+inline Reg reg_fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
+inline Reg reg_load_masked(Mask mask, const float* p) { return _mm256_maskload_ps(p, mask); }
+inline void reg_store_masked(float* p, Mask mask, Reg v) { _mm256_maskstore_ps(p, mask, v); }
+
+// Lanes of vector c (columns 8c .. 8c + 7) that fall inside the panel's `cols` real columns.
+Mask column_mask(int64_t cols, int c) {
+  const int lanes = static_cast<int>(std::clamp<int64_t>(cols - kLanes * c, 0, kLanes));
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// A gated panel's row of accumulators holds gate 0-7 | up 0-7.
+constexpr int kGatedVecs = 1;
+inline void split_gated(const Reg (&acc)[kPanelVecs], Reg (&gate)[kGatedVecs], Reg (&up)[kGatedVecs]) {
+  gate[0] = acc[0];
+  up[0] = acc[1];
+}
+#endif
 
 void prefetch_row(const void* next, int64_t i) {
   const char* line = static_cast<const char*>(next) + i * kPanelRowBytes;
-  for (int c = 0; c < 3; ++c) _mm_prefetch(line + 64 * c, _MM_HINT_T1);
+  for (int64_t c = 0; c < kPanelRowBytes; c += 64) _mm_prefetch(line + c, _MM_HINT_T1);
 }
 
 // float32: acc[r] += x[r, i] * panel row i, over the k panel rows.
 struct F32 {
   using T = float;
-  static __m512 load_bias(const float* bias, __mmask16 mask) { return _mm512_maskz_loadu_ps(mask, bias); }
-  static void store(float* y, __mmask16 mask, __m512 v) { _mm512_mask_storeu_ps(y, mask, v); }
+  static Reg load_bias(const float* bias, Mask mask) { return reg_load_masked(mask, bias); }
+  static void store(float* y, Mask mask, Reg v) { reg_store_masked(y, mask, v); }
 
   // With kPrefetch the lines of `next` are requested too (two loops rather than a test per step: the loop
   // needs every register).
   template <int kRows, bool kPrefetch>
-  static void multiply(const float* x, int64_t k, const float* panel, const float* next, __m512 (&acc)[kRows][3]) {
+  static void multiply(const float* x, int64_t k, const float* panel, const float* next,
+                       Reg (&acc)[kRows][kPanelVecs]) {
     for (int64_t i = 0; i < k; ++i) {
       const float* w = panel + i * kPanelCols;
       if (kPrefetch) prefetch_row(next, i);
-      const __m512 w0 = _mm512_loadu_ps(w), w1 = _mm512_loadu_ps(w + 16), w2 = _mm512_loadu_ps(w + 32);
+      Reg row[kPanelVecs];
+      for (int c = 0; c < kPanelVecs; ++c) row[c] = reg_load(w + kLanes * c);
       for (int r = 0; r < kRows; ++r) {
-        const __m512 a = _mm512_set1_ps(x[r * k + i]);
-        acc[r][0] = _mm512_fmadd_ps(a, w0, acc[r][0]);
-        acc[r][1] = _mm512_fmadd_ps(a, w1, acc[r][1]);
-        acc[r][2] = _mm512_fmadd_ps(a, w2, acc[r][2]);
+        const Reg a = reg_broadcast(x + r * k + i);
+        for (int c = 0; c < kPanelVecs; ++c) acc[r][c] = reg_fma(a, row[c], acc[r][c]);
       }
     }
   }
 };
 
-#if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 // bfloat16: acc[r] += x[r, 2i] * w[2i] + x[r, 2i + 1] * w[2i + 1] per column, over the k / 2 panel rows.
 struct BF16 {
   using T = bf16_t;
@@ -114,7 +165,7 @@ struct BF16 {
 
   template <int kRows, bool kPrefetch>
   static void multiply(const bf16_t* x, int64_t k, const bf16_t* panel, const bf16_t* next,
-                       __m512 (&acc)[kRows][3]) {
+                       __m512 (&acc)[kRows][kPanelVecs]) {
     for (int64_t i = 0; i < k / 2; ++i) {
       const bf16_t* w = panel + i * 2 * kPanelCols;
       if (kPrefetch) prefetch_row(next, i);
@@ -136,67 +187,78 @@ struct BF16 {
 
 // The accumulators' start for panel p: its bias columns, in the panel's column order, or zero.
 template <typename Op>
-void panel_start(const typename Op::T* bias, int64_t p, int64_t n, bool gated, int64_t cols, __m512 (&start)[3]) {
+void panel_start(const typename Op::T* bias, int64_t p, int64_t n, bool gated, int64_t cols,
+                 Reg (&start)[kPanelVecs]) {
   if (bias == nullptr) {
-    for (int c = 0; c < 3; ++c) start[c] = _mm512_setzero_ps();
+    for (int c = 0; c < kPanelVecs; ++c) start[c] = reg_zero();
   } else if (!gated) {
-    for (int c = 0; c < 3; ++c) start[c] = Op::load_bias(bias + p * kPanelCols + 16 * c, column_mask(cols, c));
+    for (int c = 0; c < kPanelVecs; ++c)
+      start[c] = Op::load_bias(bias + p * kPanelCols + kLanes * c, column_mask(cols, c));
   } else {
     alignas(64) float values[kPanelCols];
     for (int64_t j = 0; j < kPanelCols; ++j) {
       const int64_t row = source_row(p, j, 2 * n, true);
       values[j] = row >= 0 ? to_float(bias[row]) : 0.0f;
     }
-    for (int c = 0; c < 3; ++c) start[c] = _mm512_load_ps(values + 16 * c);
+    for (int c = 0; c < kPanelVecs; ++c) start[c] = reg_load(values + kLanes * c);
   }
 }
 
-__m512 silu(__m512 x) {
-  const f32x16 v = bit_cast<f32x16>(x);
-  return bit_cast<__m512>(v / (1.0f + fast_exp(-v)));
+Reg silu(Reg x) {
+  const fvec v = bit_cast<fvec>(x);
+  return bit_cast<Reg>(v / (1.0f + fast_exp(-v)));
 }
 
-// A gated panel's row: gate 0-15 | gate 16-23, up 0-7 | up 8-23 -> y[0 .. cols) = silu(gate) * up.
+// A row of a tile's accumulators -> y[0 .. cols): as they are, or for a gated panel silu(gate) * up.
+// (Inlined: a reference into the tile that stays a call keeps the accumulators in memory.)
 template <typename Op>
-void store_gated(typename Op::T* y, int64_t cols, const __m512 (&acc)[3]) {
-  const __m512i up_first = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23);
-  const __m512 up0 = _mm512_permutex2var_ps(acc[1], up_first, acc[2]);               // up 0-15
-  const __m512 up1 = _mm512_shuffle_f32x4(acc[2], acc[2], _MM_SHUFFLE(3, 2, 3, 2));  // lanes 0-7: up 16-23
-  Op::store(y, column_mask(cols, 0), _mm512_mul_ps(silu(acc[0]), up0));
-  Op::store(y + 16, column_mask(cols, 1), _mm512_mul_ps(silu(acc[1]), up1));
+__attribute__((always_inline)) inline void store_row(typename Op::T* y, int64_t cols, bool gated,
+                                                     const Reg (&acc)[kPanelVecs]) {
+  if (!gated) {
+#pragma GCC unroll 3
+    for (int c = 0; c < kPanelVecs; ++c) Op::store(y + kLanes * c, column_mask(cols, c), acc[c]);
+    return;
+  }
+  Reg gate[kGatedVecs], up[kGatedVecs];
+  split_gated(acc, gate, up);
+#pragma GCC unroll 2
+  for (int c = 0; c < kGatedVecs; ++c) Op::store(y + kLanes * c, column_mask(cols, c), silu(gate[c]) * up[c]);
 }
 
 // y[r, 0 .. cols) for kRows rows (x rows k apart, y rows ldy apart): x[r] . panel + start, or for a gated
 // panel silu(gate) * up of that. `next`: the panel this thread reads after this one, or null.
 template <typename Op, int kRows>
 void tile(const typename Op::T* x, int64_t k, const typename Op::T* panel, const typename Op::T* next,
-          const __m512 (&start)[3], bool gated, int64_t cols, typename Op::T* y, int64_t ldy) {
-  __m512 acc[kRows][3];
+          const Reg (&start)[kPanelVecs], bool gated, int64_t cols, typename Op::T* y, int64_t ldy) {
+  Reg acc[kRows][kPanelVecs];
   // unrolled: as loops, GCC turns a zero start into a call to memset (~1% of a decode step)
 #pragma GCC unroll 3
-  for (int c = 0; c < 3; ++c)
+  for (int c = 0; c < kPanelVecs; ++c)
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) acc[r][c] = start[c];
   if (next != nullptr)
     Op::template multiply<kRows, true>(x, k, panel, next, acc);
   else
     Op::template multiply<kRows, false>(x, k, panel, nullptr, acc);
-  for (int r = 0; r < kRows; ++r) {
-    if (gated) {
-      store_gated<Op>(y + r * ldy, cols, acc[r]);
-      continue;
-    }
-    for (int c = 0; c < 3; ++c) Op::store(y + r * ldy + 16 * c, column_mask(cols, c), acc[r][c]);
-  }
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) store_row<Op>(y + r * ldy, cols, gated, acc[r]);
+}
+
+template <typename T>
+using TileFn = void (*)(const T*, int64_t, const T*, const T*, const Reg (&)[kPanelVecs], bool, int64_t, T*,
+                        int64_t);
+
+// tile<Op, r> for r = 0 .. kTileRows (entry 0 unused).
+template <typename Op, int... kRows>
+constexpr std::array<TileFn<typename Op::T>, kTileRows + 1> tile_table(std::integer_sequence<int, 0, kRows...>) {
+  return {nullptr, tile<Op, kRows>...};
 }
 
 template <typename Op>
 void run(const typename Op::T* x, int64_t m, int64_t k, const typename Op::T* panels, const typename Op::T* bias,
          int64_t n, bool gated, typename Op::T* y) {
   using T = typename Op::T;
-  using TileFn = void (*)(const T*, int64_t, const T*, const T*, const __m512(&)[3], bool, int64_t, T*, int64_t);
-  static constexpr TileFn tiles[kTileRows + 1] = {nullptr,        tile<Op, 1>, tile<Op, 2>, tile<Op, 3>, tile<Op, 4>,
-                                                  tile<Op, 5>, tile<Op, 6>, tile<Op, 7>, tile<Op, 8>};
+  static constexpr auto tiles = tile_table<Op>(std::make_integer_sequence<int, kTileRows + 1>{});
   const int64_t panel_size = panel_rows<T>(k) * kPanelRowBytes / static_cast<int64_t>(sizeof(T));
   const int64_t outputs = panel_outputs(gated);
   for (int64_t m0 = 0; m0 < m; m0 += kRowChunk) {
@@ -206,11 +268,11 @@ void run(const typename Op::T* x, int64_t m, int64_t k, const typename Op::T* pa
         const T* panel = panels + p * panel_size;
         const T* next = p + 1 < end ? panel + panel_size : nullptr;
         const int64_t cols = std::min(outputs, n - p * outputs);
-        __m512 start[3];
+        Reg start[kPanelVecs];
         panel_start<Op>(bias, p, n, gated, cols, start);
         for (int64_t r = 0; r < rows; r += kTileRows)
-          tiles[std::min(kTileRows, rows - r)](x + (m0 + r) * k, k, panel, r == 0 ? next : nullptr, start, gated,
-                                               cols, y + (m0 + r) * n + p * outputs, n);
+          tiles[std::min<int64_t>(kTileRows, rows - r)](x + (m0 + r) * k, k, panel, r == 0 ? next : nullptr, start,
+                                                        gated, cols, y + (m0 + r) * n + p * outputs, n);
       }
     });
   }
@@ -227,14 +289,14 @@ void linear<float>(const float* x, int64_t m, int64_t k, const float* panels, co
   run<F32>(x, m, k, panels, bias, n, gated, y);
 }
 
-#else  // no AVX-512
+#else  // neither AVX-512 nor AVX2 with FMA
 
 template <>
 bool has_linear_kernel<float>() { return false; }
 
 template <>
 void linear<float>(const float*, int64_t, int64_t, const float*, const float*, int64_t, bool, float*) {
-  throw std::runtime_error("the float32 linear kernel needs AVX-512; this build has none");
+  throw std::runtime_error("the float32 linear kernel needs AVX-512 or AVX2 with FMA; this build has neither");
 }
 
 #endif

@@ -8,14 +8,21 @@
 
 namespace pagedllm {
 
-constexpr int64_t kPanelCols = 48;  // output columns of one packed panel: three vectors of 16
+// Output columns of one packed panel: three vectors of 16 with AVX-512 (48), two of 8 with AVX2 (16): as
+// many as the register tile's accumulators hold for its rows (8 x 3 of 32 registers, 6 x 2 of 16).
+#if defined(__AVX512F__)
+constexpr int kPanelVecs = 3;
+#else
+constexpr int kPanelVecs = 2;
+#endif
+constexpr int64_t kPanelCols = kPanelVecs * kLanes;
 
-// Whether this build has the kernel for T: float32 needs AVX-512, bfloat16 AVX512-BF16 as well. Without
-// it the projections stay on oneDNN.
+// Whether this build has the kernel for T: float32 needs AVX-512 or AVX2 with FMA, bfloat16 AVX512-BF16.
+// Without it the projections stay on oneDNN.
 template <typename T>
 bool has_linear_kernel();
 
-// Rows of one panel for k input features: a row holds, for each of the 48 columns, one input (float32) or
+// Rows of one panel for k input features: a row holds, for each of the panel's columns, one input (float32) or
 // a pair of consecutive inputs (bfloat16, the operand layout of the bf16 dot-product instruction).
 template <typename T>
 int64_t panel_rows(int64_t k) {
@@ -23,7 +30,7 @@ int64_t panel_rows(int64_t k) {
 }
 
 // A gated weight is an MLP's [gate; up]: 2n rows for n outputs y = silu(x gate^T) * (x up^T). Its panels
-// hold 24 gate columns and then the same 24 up columns, so that a panel's outputs are all computed in
+// hold half a panel of gate columns and then the same up columns, so that a panel's outputs are all computed in
 // registers before the activation is applied to them: the [m, 2n] product is never stored.
 constexpr int64_t kGatedPanelOutputs = kPanelCols / 2;
 
@@ -35,7 +42,7 @@ inline int64_t num_panels(int64_t n, bool gated = false) {
   return (n + panel_outputs(gated) - 1) / panel_outputs(gated);
 }
 
-// w: [rows, k] row-major -> panels [num_panels(n, gated), panel_rows(k), 48 * (1 or 2)], for n = rows
+// w: [rows, k] row-major -> panels [num_panels(n, gated), panel_rows(k), kPanelCols * (1 or 2)], for n = rows
 // outputs (gated: rows = 2n); what lies past the outputs or the k inputs is zero.
 template <typename T>
 void pack_linear_weight(const T* w, int64_t rows, int64_t k, bool gated, T* panels);
