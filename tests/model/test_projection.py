@@ -10,7 +10,7 @@ from pagedllm.model.layers import silu_mul
 from pagedllm.model.projection import GatedProjection, Projection, can_pack, linear_kernels
 
 needs_linear_kernel = pytest.mark.skipif(linear_kernels(torch.float32) is None,
-                                         reason="no compiled linear kernel here (it needs AVX-512 and a compiler)")
+                                         reason="no compiled linear kernel here (it needs AVX-512 or AVX2 and a compiler)")
 
 
 def check_projection(rows: int, out_features: int, in_features: int, bias: bool) -> Projection:
@@ -34,8 +34,10 @@ def test_onednn_projection_equals_linear(monkeypatch: pytest.MonkeyPatch, rows, 
 
 
 @needs_linear_kernel
-@pytest.mark.parametrize("rows", [1, 3, 8, 9, 64, 513, 1100])  # register tiles of 8 rows, passes of 512
-@pytest.mark.parametrize("out_features,in_features", [(1, 5), (47, 64), (48, 577), (49, 33), (1000, 576)])
+@pytest.mark.parametrize("rows", [1, 3, 6, 8, 9, 64, 513, 1100])  # tiles of 8 (AVX-512) or 6 rows, passes of 512
+# panels of 48 (AVX-512) or 16 columns: partial, whole and one-past panels of either
+@pytest.mark.parametrize("out_features,in_features", [(1, 5), (15, 9), (16, 64), (47, 64), (48, 577), (49, 33),
+                                                      (1000, 576)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_linear_kernel_equals_linear(rows, out_features, in_features, bias):
     assert check_projection(rows, out_features, in_features, bias)._kernels is not None
@@ -137,11 +139,13 @@ def gated_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("rows", [1, 9, 513])  # register tiles of 8 rows, passes of 512
-@pytest.mark.parametrize("intermediate,in_features", [(1, 4), (23, 64), (24, 6), (50, 130), (1536, 576)])
+@pytest.mark.parametrize("rows", [1, 9, 513])  # register tiles of 8 or 6 rows, passes of 512
+@pytest.mark.parametrize("intermediate,in_features", [(1, 4), (7, 16), (8, 8), (23, 64), (24, 6), (50, 130),
+                                                      (1536, 576)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_gated_kernel_equals_linear_then_silu_mul(dtype, rows, intermediate, in_features, bias):
-    """24 outputs per panel: 23, 24 and 50 cover a partial, a whole and a third, partial panel."""
+    """24 outputs per panel with AVX-512 (23, 24 and 50: a partial, a whole and a third, partial panel), 8 with
+    AVX2 (7, 8 and 23 likewise)."""
     if linear_kernels(dtype) is None:
         pytest.skip(f"no {dtype} linear kernel here")
     torch.manual_seed(rows + intermediate)
