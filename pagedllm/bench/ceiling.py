@@ -3,7 +3,7 @@
     python -m pagedllm.bench.ceiling [--dtype float32] [--threads 2] [--tokens 64 512 1024]
 
 Times one decoder layer's projections (fused q/k/v, o, fused gate/up, down: packed as the engine runs
-them, for pagedllm's matmul where the CPU has AVX-512, else for oneDNN) and the LM head at a batch of T
+them, for pagedllm's matmul where the CPU has AVX-512 or AVX2, else for oneDNN) and the LM head at a batch of T
 tokens, and prints GFLOP/s. A workload's matmul work is 2 x 106.2 M FLOP per token the model processes
 plus 2 x 28.3 M per sampled token (the LM head), so its fastest possible time is that work over the
 measured rate. Not a test.

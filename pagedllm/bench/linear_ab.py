@@ -6,7 +6,8 @@ Builds `--layers` layers of distinct random weights of the default model's proje
 q/k/v, o, fused gate/up, down), packs each both ways, and times one pass over all of them per batch of
 rows, the two matmuls in alternation: with 30 layers the weights (425 MB in float32) far exceed the
 caches, so every pass reads them from memory as a decode step does. Prints the best GFLOP/s of each.
-Needs the compiled kernels and a CPU the kernel covers (AVX-512; AVX512-BF16 for bfloat16). Not a test.
+Needs the compiled kernels and a CPU the kernel covers (AVX-512 or AVX2; AVX512-BF16 for bfloat16). Not a
+test.
 """
 
 import argparse

@@ -1,9 +1,10 @@
 """Projection: y = x Wᵀ + b over a loaded weight, packed once at load for the matmul that runs it fastest.
 
-- float32 on a CPU with AVX-512, and bfloat16 on one with AVX512-BF16, when the compiled kernels loaded:
-  pagedllm's own matmul (pagedllm/csrc/linear.cpp) over the weight packed into panels of 48 columns. It
-  prefetches the weights it reads next, so it beats oneDNN where a decode step streams every weight from
-  memory for a few rows (1.2-1.9x at 1-64 rows) and matches it on prefill-sized batches (docs/models.md).
+- float32 on a CPU with AVX-512 or AVX2, and bfloat16 on one with AVX512-BF16, when the compiled kernels
+  loaded: pagedllm's own matmul (pagedllm/csrc/linear.cpp) over the weight packed into panels of 48 columns
+  (AVX-512) or 16 (AVX2). It prefetches the weights it reads next, so it beats oneDNN where a decode step
+  streams every weight from memory for a few rows (1.2-1.9x at 1-64 rows) and matches it on prefill-sized
+  batches (docs/models.md).
 - Otherwise oneDNN, the weight reordered into the blocked layout its matmul reads (`_reorder_linear_weight`).
   A weight merely converted to oneDNN's plain layout (`to_mkldnn`) is reordered again on every call: at 32
   rows that measured 133 against 170 GFLOP/s in float32 and 228 against 310 in bfloat16.
@@ -44,7 +45,7 @@ def packed_weight(weight: torch.Tensor) -> torch.Tensor:
 
 def linear_kernels(dtype: torch.dtype) -> ModuleType | None:
     """The compiled kernels if they hold pagedllm's own matmul for this dtype on this CPU: float32 with
-    AVX-512, bfloat16 with AVX512-BF16 too."""
+    AVX-512 or AVX2, bfloat16 with AVX512-BF16."""
     if dtype not in (torch.float32, torch.bfloat16):
         return None
     module = load_cpu_kernels()
