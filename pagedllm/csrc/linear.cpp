@@ -12,7 +12,6 @@
 #include "linear.h"
 
 #include <algorithm>
-#include <array>
 #include <cstring>
 #include <stdexcept>
 #include <type_traits>
@@ -248,17 +247,19 @@ template <typename T>
 using TileFn = void (*)(const T*, int64_t, const T*, const T*, const Reg (&)[kPanelVecs], bool, int64_t, T*,
                         int64_t);
 
-// tile<Op, r> for r = 0 .. kTileRows (entry 0 unused).
+// fns[r] = tile<Op, r> for r = 1 .. kTileRows.
+template <typename Op, typename Rows = std::make_integer_sequence<int, kTileRows + 1>>
+struct TileTable;
 template <typename Op, int... kRows>
-constexpr std::array<TileFn<typename Op::T>, kTileRows + 1> tile_table(std::integer_sequence<int, 0, kRows...>) {
-  return {nullptr, tile<Op, kRows>...};
-}
+struct TileTable<Op, std::integer_sequence<int, 0, kRows...>> {
+  static constexpr TileFn<typename Op::T> fns[kTileRows + 1] = {nullptr, tile<Op, kRows>...};
+};
 
 template <typename Op>
 void run(const typename Op::T* x, int64_t m, int64_t k, const typename Op::T* panels, const typename Op::T* bias,
          int64_t n, bool gated, typename Op::T* y) {
   using T = typename Op::T;
-  static constexpr auto tiles = tile_table<Op>(std::make_integer_sequence<int, kTileRows + 1>{});
+  constexpr const auto& tiles = TileTable<Op>::fns;
   const int64_t panel_size = panel_rows<T>(k) * kPanelRowBytes / static_cast<int64_t>(sizeof(T));
   const int64_t outputs = panel_outputs(gated);
   for (int64_t m0 = 0; m0 < m; m0 += kRowChunk) {
