@@ -73,8 +73,11 @@ def test_concurrent_streams_and_disconnects(server: RunningServer) -> None:
     stats = server.wait_idle(timeout=15)
     assert (stats.num_running, stats.num_waiting, stats.blocks_used) == (0, 0, 0)
     generated = stats.generation_tokens_total - before
-    # the 64 produce at most 12 each; the 16 would have produced LONG each had they not been aborted
-    assert generated < CONCURRENT * 12 + DISCONNECTING * LONG // 2
+    # the 64 produce at most 12 each; the 16 would have produced LONG each had they not been aborted. How many
+    # they produce before their aborts land depends on how busy the machine is (a little over LONG / 2 each
+    # was seen on a loaded 2-core machine), so the bound is 3/4 of LONG each; the finished count below fails
+    # for any one of them that ran to its end.
+    assert generated < CONCURRENT * 12 + DISCONNECTING * LONG * 3 // 4
     assert finished_requests(server) == CONCURRENT  # the 16 were aborted, not finished
 
 
