@@ -77,6 +77,7 @@ inline Reg reg_load(const float* p) { return _mm512_loadu_ps(p); }
 inline Reg reg_broadcast(const float* p) { return _mm512_set1_ps(*p); }
 inline Reg reg_fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
 inline Reg reg_load_masked(Mask mask, const float* p) { return _mm512_maskz_loadu_ps(mask, p); }
+inline void reg_store(float* p, Reg v) { _mm512_storeu_ps(p, v); }
 inline void reg_store_masked(float* p, Mask mask, Reg v) { _mm512_mask_storeu_ps(p, mask, v); }
 
 // Lanes of vector c (columns 16c .. 16c + 15) that fall inside the panel's `cols` real columns.
@@ -105,6 +106,7 @@ inline Reg reg_load(const float* p) { return _mm256_loadu_ps(p); }
 inline Reg reg_broadcast(const float* p) { return _mm256_broadcast_ss(p); }
 inline Reg reg_fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
 inline Reg reg_load_masked(Mask mask, const float* p) { return _mm256_maskload_ps(p, mask); }
+inline void reg_store(float* p, Reg v) { _mm256_storeu_ps(p, v); }
 inline void reg_store_masked(float* p, Mask mask, Reg v) { _mm256_maskstore_ps(p, mask, v); }
 
 // Lanes of vector c (columns 8c .. 8c + 7) that fall inside the panel's `cols` real columns.
@@ -130,6 +132,7 @@ void prefetch_row(const void* next, int64_t i) {
 struct F32 {
   using T = float;
   static Reg load_bias(const float* bias, Mask mask) { return reg_load_masked(mask, bias); }
+  static void store(float* y, Reg v) { reg_store(y, v); }
   static void store(float* y, Mask mask, Reg v) { reg_store_masked(y, mask, v); }
 
   // With kPrefetch the lines of `next` are requested too (two loops rather than a test per step: the loop
@@ -158,7 +161,10 @@ struct BF16 {
     const __m512i wide = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, bias));
     return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
   }
-  static void store(bf16_t* y, __mmask16 mask, __m512 v) {  // rounded to nearest even
+  static void store(bf16_t* y, __m512 v) {  // rounded to nearest even
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+  }
+  static void store(bf16_t* y, __mmask16 mask, __m512 v) {
     _mm256_mask_storeu_epi16(y, mask, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
   }
 
@@ -208,6 +214,18 @@ Reg silu(Reg x) {
   return bit_cast<Reg>(v / (1.0f + fast_exp(-v)));
 }
 
+// Vector c of a tile row: a plain store where all of the panel's `outputs` columns are real, a masked one in
+// a last, partial panel. (AVX2's masked store is microcoded on AMD's cores: as the only kind of store it held
+// about 8% of a prefill matmul's samples.)
+template <typename Op>
+__attribute__((always_inline)) inline void store_vector(typename Op::T* y, int64_t cols, int64_t outputs, int c,
+                                                        Reg v) {
+  if (cols == outputs)
+    Op::store(y + kLanes * c, v);
+  else
+    Op::store(y + kLanes * c, column_mask(cols, c), v);
+}
+
 // A row of a tile's accumulators -> y[0 .. cols): as they are, or for a gated panel silu(gate) * up.
 // (Inlined: a reference into the tile that stays a call keeps the accumulators in memory.)
 template <typename Op>
@@ -215,13 +233,13 @@ __attribute__((always_inline)) inline void store_row(typename Op::T* y, int64_t 
                                                      const Reg (&acc)[kPanelVecs]) {
   if (!gated) {
 #pragma GCC unroll 3
-    for (int c = 0; c < kPanelVecs; ++c) Op::store(y + kLanes * c, column_mask(cols, c), acc[c]);
+    for (int c = 0; c < kPanelVecs; ++c) store_vector<Op>(y, cols, kPanelCols, c, acc[c]);
     return;
   }
   Reg gate[kGatedVecs], up[kGatedVecs];
   split_gated(acc, gate, up);
 #pragma GCC unroll 2
-  for (int c = 0; c < kGatedVecs; ++c) Op::store(y + kLanes * c, column_mask(cols, c), silu(gate[c]) * up[c]);
+  for (int c = 0; c < kGatedVecs; ++c) store_vector<Op>(y, cols, kGatedPanelOutputs, c, silu(gate[c]) * up[c]);
 }
 
 // y[r, 0 .. cols) for kRows rows (x rows k apart, y rows ldy apart): x[r] . panel + start, or for a gated
