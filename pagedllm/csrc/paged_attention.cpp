@@ -504,7 +504,7 @@ class Kernel {
         const float* q = s.q_lanes.data() + vec * kLanes;
         for (int64_t d = 0; d < kDim; ++d) {
           fvec qd[kVecs];
-          for (int64_t v = 0; v < kVecs; ++v) qd[v] = loadv(q + d * width + v * kLanes);
+          for (int64_t v = 0; v < kVecs; ++v) qd[v] = in_register(loadv(q + d * width + v * kLanes));
           for (int64_t i = 0; i < kPassKeys; ++i) {
             const float kd = to_float(k[i][d]);
             for (int64_t v = 0; v < kVecs; ++v) acc[v][i] += qd[v] * kd;
@@ -689,7 +689,7 @@ class Kernel {
         const float* p = s.scores.data() + vec * kLanes;
         for (int64_t j = 0; j < n; ++j) {
           fvec pj[kVecs];
-          for (int64_t v = 0; v < kVecs; ++v) pj[v] = loadv(p + j * width + v * kLanes);
+          for (int64_t v = 0; v < kVecs; ++v) pj[v] = in_register(loadv(p + j * width + v * kLanes));
           const T* value = value_row(s, j) + d0;
           for (int64_t i = 0; i < kPassDims; ++i) {
             const float vd = to_float(value[i]);

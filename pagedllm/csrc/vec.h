@@ -59,6 +59,13 @@ inline To bit_cast(From v) {
 
 inline fvec splat(float x) { return fvec{} + x; }
 
+// v, held in a register: for a vector that feeds several FMAs GCC otherwise folds its load into each of them,
+// one load per FMA.
+inline fvec in_register(fvec v) {
+  asm("" : "+v"(v));
+  return v;
+}
+
 inline fvec loadv(const float* p) {
   fvec v;
   std::memcpy(&v, p, sizeof v);
