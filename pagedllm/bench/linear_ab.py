@@ -1,20 +1,27 @@
 """pagedllm's matmul against oneDNN's on the default model's projections, weights streamed from memory.
 
     python -m pagedllm.bench.linear_ab [--dtype float32] [--threads 2] [--layers 30] [--rows 1 8 32 64 1024]
+    python -m pagedllm.bench.linear_ab --builds A.so B.so A.so B.so [--repeats 15] ...
 
 Builds `--layers` layers of distinct random weights of the default model's projection shapes (fused
 q/k/v, o, fused gate/up, down), packs each both ways, and times one pass over all of them per batch of
 rows, the two matmuls in alternation: with 30 layers the weights (425 MB in float32) far exceed the
 caches, so every pass reads them from memory as a decode step does. Prints the best GFLOP/s of each.
+With --builds it times pagedllm's matmul in several builds of the kernels instead (`pagedllm_cpu_<key>.so`
+files, as for kernel_ab), one pass of each in turn per repeat, and prints each build's median GFLOP/s.
 Needs the compiled kernels and a CPU the kernel covers (AVX-512 or AVX2; AVX512-BF16 for bfloat16). Not a
 test.
 """
 
 import argparse
+import statistics
+import time
+from types import ModuleType
 
 import torch
 
 from pagedllm.bench.ceiling import LAYER_SHAPES, best_rate
+from pagedllm.bench.kernel_ab import load_build
 from pagedllm.model.projection import linear_kernels, packed_weight
 
 
@@ -25,8 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=30)
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 8, 32, 64, 128, 512, 1024])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--builds", nargs="+", metavar="SO", help="compare these builds' matmuls instead")
     args = parser.parse_args(argv)
     dtype = getattr(torch, args.dtype)
+    if args.builds:
+        return compare_builds([load_build(path) for path in args.builds], args, dtype)
     kernels = linear_kernels(dtype)
     if kernels is None:
         raise SystemExit(f"no compiled linear kernel for {args.dtype} on this machine (see the kernels' log)")
@@ -49,6 +59,28 @@ def main(argv: list[str] | None = None) -> int:
 
         a, b = best_rate(run_onednn, flop, args.repeats), best_rate(run_ours, flop, args.repeats)
         print(f"rows {rows:5d}   oneDNN {a:6.0f}   pagedllm {b:6.0f}   x{b / a:.2f}")
+    return 0
+
+
+def compare_builds(builds: list[ModuleType], args: argparse.Namespace, dtype: torch.dtype) -> int:
+    """Median GFLOP/s of each build's matmul over the layers, the builds timed in turn within every repeat."""
+    torch.set_num_threads(args.threads)
+    weights = [(torch.randn(o, i) / i**0.5).to(dtype) for _ in range(args.layers) for o, i in LAYER_SHAPES]
+    packed = [[build.pack_linear(w) for w in weights] for build in builds]
+    print(f"{args.dtype}, {args.threads} threads, {args.layers} layers; median GFLOP/s of {args.repeats} passes")
+    for rows in args.rows:
+        inputs = {i: torch.randn(rows, i).to(dtype) for _, i in LAYER_SHAPES}
+        flop = 2 * rows * sum(w.numel() for w in weights)
+        times: list[list[float]] = [[] for _ in builds]
+        for repeat in range(args.repeats + 1):  # the first warms up
+            for build, panels, runs in zip(builds, packed, times):
+                start = time.perf_counter()
+                for w, p in zip(weights, panels):
+                    build.linear(inputs[w.shape[1]], p, None, w.shape[0])
+                if repeat > 0:
+                    runs.append(time.perf_counter() - start)
+        rates = "  ".join(f"{flop / statistics.median(runs) / 1e9:6.1f}" for runs in times)
+        print(f"rows {rows:5d}   {rates}")
     return 0
 
 
