@@ -15,11 +15,11 @@ test.
 
 import argparse
 import statistics
-import time
 from types import ModuleType
 
 import torch
 
+from pagedllm.bench.attention_bench import time_interleaved
 from pagedllm.bench.ceiling import LAYER_SHAPES, best_rate
 from pagedllm.bench.kernel_ab import load_build
 from pagedllm.model.projection import linear_kernels, packed_weight
@@ -41,13 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     if kernels is None:
         raise SystemExit(f"no compiled linear kernel for {args.dtype} on this machine (see the kernels' log)")
     torch.set_num_threads(args.threads)
-    weights = [(torch.randn(o, i) / i**0.5).to(dtype) for _ in range(args.layers) for o, i in LAYER_SHAPES]
+    weights = layer_weights(args.layers, dtype)
     onednn = [packed_weight(w) for w in weights]
     ours = [kernels.pack_linear(w) for w in weights]
     print(f"{args.dtype}, {args.threads} threads, {args.layers} layers; best GFLOP/s of {args.repeats} passes")
     for rows in args.rows:
-        inputs = {i: torch.randn(rows, i).to(dtype) for _, i in LAYER_SHAPES}
-        flop = 2 * rows * sum(w.numel() for w in weights)
+        inputs, flop = layer_inputs(rows, dtype), 2 * rows * sum(w.numel() for w in weights)
 
         def run_onednn() -> None:
             for w, p in zip(weights, onednn):
@@ -62,27 +61,34 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def layer_weights(layers: int, dtype: torch.dtype) -> list[torch.Tensor]:
+    """Distinct random weights of the default model's projection shapes, `layers` layers of them."""
+    return [(torch.randn(o, i) / i**0.5).to(dtype) for _ in range(layers) for o, i in LAYER_SHAPES]
+
+
+def layer_inputs(rows: int, dtype: torch.dtype) -> dict[int, torch.Tensor]:
+    """A batch of `rows` inputs per input width of those projections."""
+    return {i: torch.randn(rows, i).to(dtype) for _, i in LAYER_SHAPES}
+
+
 def compare_builds(builds: list[ModuleType], args: argparse.Namespace, dtype: torch.dtype) -> int:
     """Median GFLOP/s of each build's matmul over the layers, the builds timed in turn within every repeat."""
     torch.set_num_threads(args.threads)
-    weights = [(torch.randn(o, i) / i**0.5).to(dtype) for _ in range(args.layers) for o, i in LAYER_SHAPES]
+    weights = layer_weights(args.layers, dtype)
     packed = [[build.pack_linear(w) for w in weights] for build in builds]
     print(f"{args.dtype}, {args.threads} threads, {args.layers} layers; median GFLOP/s of {args.repeats} passes")
     for rows in args.rows:
-        inputs = {i: torch.randn(rows, i).to(dtype) for _, i in LAYER_SHAPES}
-        flop = 2 * rows * sum(w.numel() for w in weights)
-        times: list[list[float]] = [[] for _ in builds]
-        for repeat in range(args.repeats + 1):  # the first warms up
-            for build, panels, runs in zip(builds, packed, times):
-                start = time.perf_counter()
-                for w, p in zip(weights, panels):
-                    build.linear(inputs[w.shape[1]], p, None, w.shape[0])
-                if repeat > 0:
-                    runs.append(time.perf_counter() - start)
-        rates = "  ".join(f"{flop / statistics.median(runs) / 1e9:6.1f}" for runs in times)
+        inputs, flop = layer_inputs(rows, dtype), 2 * rows * sum(w.numel() for w in weights)
+
+        def run(build: ModuleType, panels: list[torch.Tensor]) -> None:
+            for w, p in zip(weights, panels):
+                build.linear(inputs[w.shape[1]], p, None, w.shape[0])
+
+        passes = {str(i): (lambda b=b, p=p: run(b, p)) for i, (b, p) in enumerate(zip(builds, packed))}
+        times = time_interleaved(passes, args.repeats)  # ms, after one warm-up pass of each
+        rates = "  ".join(f"{flop / statistics.median(ms) / 1e6:6.1f}" for ms in times.values())
         print(f"rows {rows:5d}   {rates}")
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

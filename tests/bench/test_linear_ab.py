@@ -10,7 +10,7 @@ from pagedllm.kernels import load_cpu_kernels
 from pagedllm.model.projection import linear_kernels
 
 
-@pytest.mark.skipif(linear_kernels(torch.float32) is None, reason="no compiled linear kernel here (needs AVX-512)")
+@pytest.mark.skipif(linear_kernels(torch.float32) is None, reason="no compiled linear kernel here (needs AVX-512 or AVX2)")
 def test_linear_ab_prints_both_rates(capsys: pytest.CaptureFixture[str]) -> None:
     assert linear_ab.main(["--layers", "1", "--rows", "3", "--repeats", "1", "--threads", "1"]) == 0
     line = capsys.readouterr().out.splitlines()[-1]
@@ -18,7 +18,7 @@ def test_linear_ab_prints_both_rates(capsys: pytest.CaptureFixture[str]) -> None
     assert match and all(int(rate) > 0 for rate in match.groups())
 
 
-@pytest.mark.skipif(linear_kernels(torch.float32) is None, reason="no compiled linear kernel here (needs AVX-512)")
+@pytest.mark.skipif(linear_kernels(torch.float32) is None, reason="no compiled linear kernel here (needs AVX-512 or AVX2)")
 def test_linear_ab_compares_builds(capsys: pytest.CaptureFixture[str]) -> None:
     build = load_cpu_kernels().__file__
     args = ["--builds", build, build, "--layers", "1", "--rows", "3", "--repeats", "1", "--threads", "1"]
