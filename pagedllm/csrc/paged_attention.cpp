@@ -2,9 +2,10 @@
 //
 // Work is cut into tiles: (sequence, KV head, run of consecutive new tokens). A tile's rows are its tokens
 // times the query heads of the KV head's group, so every key row is loaded once for all of them (GQA of any
-// ratio). A tile walks its keys [0, num_cached + last token] in runs of kKeyTile positions, keeping an
-// online softmax per row in float32: running max m, running sum l, unnormalised output acc. Rows only see
-// keys up to their own position (causal over the cached prefix plus the new tokens).
+// ratio). A tile walks its keys [0, num_cached + last token] in runs of kKeyTile positions (few rows: of
+// kCopyKeys), keeping an online softmax per row in float32: running max m, running sum l, unnormalised
+// output acc. Rows only see keys up to their own position (causal over the cached prefix plus the new
+// tokens).
 //
 // Two shapes of loop: with half a vector of rows or more (prefill, shared prefixes) rows sit in the lanes
 // of a vector, for the scores, the softmax and the output alike (in bfloat16 with AVX512-BF16, as pair dot
@@ -242,7 +243,7 @@ using line_vector = std::vector<T, LineAligned<T>>;
 struct Scratch {
   line_vector<float> q_rows;    // [rows][dim], scaled
   line_vector<float> q_lanes;   // [dim][padded rows]: the same, rows in vector lanes
-  line_vector<float> scores;    // scores, then probabilities: [key][padded rows], or [row][key] for few rows
+  line_vector<float> scores;    // scores, then probabilities: [key][padded rows], or [row][copy key] for few rows
   line_vector<float> acc;       // [rows][dim]: unnormalised output
   line_vector<float> acc_lanes; // [dim][padded rows]: the same while many rows are worked on, rows in lanes
   // pair dot products (bfloat16): query pairs [dim / 2][padded rows], unscaled; probability pairs of
@@ -257,7 +258,7 @@ struct Scratch {
     kv_copy.resize(copy_bytes);
     q_rows.resize(rows * dim);
     q_lanes.resize(dim * padded);
-    scores.resize(kKeyTile * padded);
+    scores.resize(std::max(kKeyTile * padded, kLanes / 2 * kCopyKeys));
     acc.resize(rows * dim);
     acc_lanes.resize(dim * padded);
     q_pairs.resize(dim / 2 * padded);
@@ -338,20 +339,23 @@ class Kernel {
     Scratch& s = thread_scratch();
     s.resize(num_rows, width, kDim, 2 * kCopyKeys * kDim * static_cast<int64_t>(sizeof(T)));
     load_queries(w, part, s, width, lanes);
-    for (int64_t key0 = key_begin; key0 < key_end; key0 += kKeyTile) {
+    // Few rows take a whole copy of keys at a time (one softmax step per row per copy); many rows a key tile.
+    const int64_t step = lanes ? kKeyTile : kCopyKeys;
+    for (int64_t key0 = key_begin; key0 < key_end; key0 += step) {
       // rows are ordered by position: rows before `first` see no key from key0 on (a shared prefix lies
       // before every member's own positions: all rows see it)
       const int64_t first = part.num_members > 1 ? 0 : std::max<int64_t>(0, key0 - t.first_key_pos) * group_;
       if (first >= num_rows) break;
-      const int64_t n = std::min(kKeyTile, key_end - key0);
+      const int64_t n = std::min(step, key_end - key0);
       copy_keys(t, key0, key_begin, key_end, s);
-      const int64_t first_vec = first / kLanes;
       if (lanes) {  // scores [key][row]: rows in vector lanes
+        const int64_t first_vec = first / kLanes;
         score_lanes(s, width, first_vec, n);
         softmax_lanes(s, width, first_vec, key0, n);
         accumulate_lanes(s, width, first_vec, n);
       } else {  // scores [row][key]: keys in vector lanes
-        score_softmax_rows(s, first, num_rows, key0, n);
+        score_rows(s, first, num_rows, n);
+        for (int64_t r = first; r < num_rows; ++r) softmax_row(s, r, key0, n);
         accumulate(s, first, num_rows, n);
       }
     }
@@ -515,47 +519,59 @@ class Kernel {
     }
   }
 
-  // Few rows (decodes): kKeyTile dot products per row, reduced together into one vector of scores (keys in
-  // lanes), then the online softmax step on that vector; probabilities land in scores[row][key]. Rows go
-  // kScoreRows at a time so that each key row is loaded (and widened, for bfloat16) once for all of them.
-  void score_softmax_rows(Scratch& s, int64_t first, int64_t num_rows, int64_t key0, int64_t n) const {
+  // Few rows (decodes): the scores of a copy's n keys, kKeyTile dot products per row at a time reduced together
+  // into one vector (keys in lanes), into scores[row][key]. Rows go kScoreRows at a time so that each key row
+  // is loaded (and widened, for bfloat16) once for all of them.
+  void score_rows(Scratch& s, int64_t first, int64_t num_rows, int64_t n) const {
     for (int64_t r0 = first; r0 < num_rows; r0 += kScoreRows) {
       switch (std::min(kScoreRows, num_rows - r0)) {
-        case 1: score_softmax_block<1>(s, r0, key0, n); break;
-        case 2: score_softmax_block<2>(s, r0, key0, n); break;
-        case 3: score_softmax_block<3>(s, r0, key0, n); break;
-        default: score_softmax_block<kScoreRows>(s, r0, key0, n); break;
+        case 1: score_block<1>(s, r0, n); break;
+        case 2: score_block<2>(s, r0, n); break;
+        case 3: score_block<3>(s, r0, n); break;
+        default: score_block<kScoreRows>(s, r0, n); break;
       }
     }
   }
 
   template <int kRows>
-  void score_softmax_block(Scratch& s, int64_t r0, int64_t key0, int64_t n) const {
-    fvec dots[kRows][kKeyTile];
+  void score_block(Scratch& s, int64_t r0, int64_t n) const {
     const float* q = s.q_rows.data() + r0 * kDim;
-    for (int64_t j = 0; j < kKeyTile; ++j) {
-      const T* k = key_row(s, std::min(j, n - 1));
-      fvec key[kChunks];
-      for (int64_t c = 0; c < kChunks; ++c) key[c] = loadv(k + c * kLanes);
-      for (int64_t b = 0; b < kRows; ++b) {
-        fvec dot = loadv(q + b * kDim) * key[0];
-        for (int64_t c = 1; c < kChunks; ++c) dot += loadv(q + b * kDim + c * kLanes) * key[c];
-        dots[b][j] = dot;
+    for (int64_t j0 = 0; j0 < n; j0 += kKeyTile) {
+      fvec dots[kRows][kKeyTile];
+      for (int64_t j = 0; j < kKeyTile; ++j) {
+        const T* k = key_row(s, std::min(j0 + j, n - 1));
+        fvec key[kChunks];
+        for (int64_t c = 0; c < kChunks; ++c) key[c] = loadv(k + c * kLanes);
+        for (int64_t b = 0; b < kRows; ++b) {
+          fvec dot = loadv(q + b * kDim) * key[0];
+          for (int64_t c = 1; c < kChunks; ++c) dot += loadv(q + b * kDim + c * kLanes) * key[c];
+          dots[b][j] = dot;
+        }
       }
+      for (int64_t b = 0; b < kRows; ++b) storev(s.scores.data() + (r0 + b) * kCopyKeys + j0, transpose_sums(dots[b]));
     }
-    for (int64_t b = 0; b < kRows; ++b) softmax_row(s, r0 + b, key0, n, transpose_sums(dots[b]));
   }
 
-  // The online softmax step of row r over the scores of keys key0 .. key0+15 (lanes past n or past the
-  // row's position are masked).
-  static void softmax_row(Scratch& s, int64_t r, int64_t key0, int64_t n, fvec raw) {
+  // The online softmax step of row r over the scores of keys key0 .. key0+n-1 (keys past n or past the row's
+  // position are masked): one running-max update per copy of keys, not per key tile.
+  static void softmax_row(Scratch& s, int64_t r, int64_t key0, int64_t n) {
     const float valid = static_cast<float>(std::min(n, static_cast<int64_t>(s.limit[r]) - key0 + 1));
-    const fvec scores = kIota < valid ? raw : splat(kNegInf);
-    const float new_max = std::max(s.m[r], reduce_max(scores));  // finite: row r sees key0
-    const fvec e = fast_exp(scores - new_max);
-    storev(s.scores.data() + r * kKeyTile, e);
+    float* p = s.scores.data() + r * kCopyKeys;
+    fvec tile_max = splat(kNegInf);
+    for (int64_t j = 0; j < n; j += kLanes) {
+      const fvec scores = kIota + static_cast<float>(j) < valid ? loadv(p + j) : splat(kNegInf);
+      storev(p + j, scores);
+      tile_max = vmax(tile_max, scores);
+    }
+    const float new_max = std::max(s.m[r], reduce_max(tile_max));  // finite: row r sees key0
+    fvec sum{};
+    for (int64_t j = 0; j < n; j += kLanes) {
+      const fvec e = fast_exp(loadv(p + j) - new_max);
+      storev(p + j, e);
+      sum += e;
+    }
     s.alpha[r] = fast_exp(s.m[r] - new_max);
-    s.l[r] = s.l[r] * s.alpha[r] + reduce_add(e);
+    s.l[r] = s.l[r] * s.alpha[r] + reduce_add(sum);
     s.m[r] = new_max;
   }
 
@@ -597,7 +613,7 @@ class Kernel {
   }
 
   // acc_r = alpha_r acc_r + sum_j p_rj v_j, up to kRowBlock rows at a time with their outputs in registers.
-  // p_rj = s.scores[r * kKeyTile + j].
+  // p_rj = s.scores[r * kCopyKeys + j].
   void accumulate(Scratch& s, int64_t first, int64_t num_rows, int64_t n) const {
     for (int64_t r0 = first; r0 < num_rows; r0 += kRowBlock) {
       switch (std::min(kRowBlock, num_rows - r0)) {
@@ -613,17 +629,27 @@ class Kernel {
     }
   }
 
+  // Two slices of the head at a time where the registers allow (kRows x 2 accumulators): a copy's 64 keys make
+  // each accumulator a chain of 64 FMAs, and with one slice the out-of-order window does not reach the next.
   template <int kRows>
   void accumulate_rows(Scratch& s, int64_t r0, int64_t n) const {
-    const float* p = s.scores.data() + r0 * kKeyTile;
-    for (int64_t c = 0; c < kChunks; ++c) {  // one vector-wide slice of the head at a time: kRows accumulators
-      fvec out[kRows];
-      for (int64_t b = 0; b < kRows; ++b) out[b] = loadv(s.acc.data() + (r0 + b) * kDim + c * kLanes) * s.alpha[r0 + b];
+    constexpr int64_t kSlices = kChunks % 2 == 0 && kRows <= 4 ? 2 : 1;
+    const float* p = s.scores.data() + r0 * kCopyKeys;
+    for (int64_t c0 = 0; c0 < kChunks; c0 += kSlices) {
+      fvec out[kRows][kSlices];
+      for (int64_t b = 0; b < kRows; ++b)
+        for (int64_t c = 0; c < kSlices; ++c)
+          out[b][c] = loadv(s.acc.data() + (r0 + b) * kDim + (c0 + c) * kLanes) * s.alpha[r0 + b];
       for (int64_t j = 0; j < n; ++j) {
-        const fvec v = loadv(value_row(s, j) + c * kLanes);
-        for (int64_t b = 0; b < kRows; ++b) out[b] += v * p[b * kKeyTile + j];
+        fvec v[kSlices];
+        for (int64_t c = 0; c < kSlices; ++c) v[c] = loadv(value_row(s, j) + (c0 + c) * kLanes);
+        for (int64_t b = 0; b < kRows; ++b) {
+          const float pj = p[b * kCopyKeys + j];
+          for (int64_t c = 0; c < kSlices; ++c) out[b][c] += v[c] * pj;
+        }
       }
-      for (int64_t b = 0; b < kRows; ++b) storev(s.acc.data() + (r0 + b) * kDim + c * kLanes, out[b]);
+      for (int64_t b = 0; b < kRows; ++b)
+        for (int64_t c = 0; c < kSlices; ++c) storev(s.acc.data() + (r0 + b) * kDim + (c0 + c) * kLanes, out[b][c]);
     }
   }
 

@@ -1,8 +1,16 @@
-"""Shared pieces of the tensor-parallel tests: engines on tiny models, and finding a process's children."""
+"""Shared pieces of the tensor-parallel tests: engines on tiny models, comparing their seeded draws, and
+finding a process's children."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from unittest import mock
+
+import torch
 
 from pagedllm import LLM, SamplingParams
+from pagedllm.engine import sampler
 
 ENGINE_OPTIONS = dict(dtype="float32", num_blocks=256, block_size=4, max_num_batched_tokens=4096)
 
@@ -20,6 +28,64 @@ def same_completions(a, b, logprob_tol: float = 1e-3) -> bool:
     if [[ids for ids, _ in req] for req in a] != [[ids for ids, _ in req] for req in b]:
         return False
     return all(abs(x - y) <= logprob_tol for ra, rb in zip(a, b) for (_, x), (_, y) in zip(ra, rb))
+
+
+@dataclass
+class Draws:
+    """The sampler's random draws in the order it made them: per draw, its completion's stream (numbered by
+    first appearance), the row's logits after temperature, its uniform and the token it picked."""
+
+    streams: list[int] = field(default_factory=list)
+    logits: list[torch.Tensor] = field(default_factory=list)
+    uniforms: list[float] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+
+    def of_stream(self, stream: int) -> list[tuple[torch.Tensor, float, int]]:
+        return [(x, u, t) for s, x, u, t in zip(self.streams, self.logits, self.uniforms, self.tokens) if s == stream]
+
+
+@contextmanager
+def recorded_draws() -> Iterator[Draws]:
+    """Records every random draw the sampler makes in this process inside the block (the driver samples for
+    every tensor-parallel size). Each seeded completion has its own generator, which names its stream."""
+    draws, numbers, truncate, draw = Draws(), {}, sampler._truncated_probs, sampler._inverse_cdf
+
+    def truncated_probs(logits: torch.Tensor, rows: list) -> torch.Tensor:
+        draws.streams.extend(numbers.setdefault(id(row.generator), len(numbers)) for row in rows)
+        draws.logits.extend(logits.detach().clone())
+        return truncate(logits, rows)
+
+    def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        tokens = draw(probs, u)
+        draws.uniforms.extend(u.tolist())
+        draws.tokens.extend(tokens.tolist())
+        return tokens
+
+    with mock.patch.object(sampler, "_truncated_probs", truncated_probs), mock.patch.object(sampler, "_inverse_cdf", inverse_cdf):
+        yield draws
+
+
+def rounding_flips(a: Draws, b: Draws, logits_tol: float) -> int:
+    """How many completions' picks differ between two runs, asserting that every difference is rounding.
+
+    Stream by stream, both runs must draw the same uniforms from logits within `logits_tol` of each other,
+    and pick the same tokens up to the stream's first difference, if any. A token is a fixed function of its
+    logits and uniform, so a difference under those conditions is a pick whose uniform (or top-p cut) lies
+    within rounding of the edge between two tokens' slices. A stream's draws after its flip are not
+    compared: its context differs from there.
+    """
+    assert sorted(set(a.streams)) == sorted(set(b.streams)), "the runs sampled different completions"
+    flips = 0
+    for stream in sorted(set(a.streams)):
+        for i, ((x, ux, tx), (y, uy, ty)) in enumerate(zip(a.of_stream(stream), b.of_stream(stream))):
+            assert ux == uy, f"stream {stream}, draw {i}: the runs drew different uniforms"
+            torch.testing.assert_close(y, x, atol=logits_tol, rtol=0, msg=lambda m: f"stream {stream}, draw {i}: {m}")
+            if tx != ty:
+                flips += 1
+                break
+        else:
+            assert len(a.of_stream(stream)) == len(b.of_stream(stream)), f"stream {stream}: different lengths"
+    return flips
 
 
 def children(pid: int) -> list[int]:
