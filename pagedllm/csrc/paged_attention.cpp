@@ -2,7 +2,7 @@
 //
 // Work is cut into tiles: (sequence, KV head, run of consecutive new tokens). A tile's rows are its tokens
 // times the query heads of the KV head's group, so every key row is loaded once for all of them (GQA of any
-// ratio). A tile walks its keys [0, num_cached + last token] in runs of kKeyTile positions (few rows: of
+// ratio). A tile walks its keys [0, num_cached + last token] in runs of kLaneKeys positions (few rows: of
 // kCopyKeys), keeping an online softmax per row in float32: running max m, running sum l, unnormalised
 // output acc. Rows only see keys up to their own position (causal over the cached prefix plus the new
 // tokens).
@@ -39,7 +39,12 @@ namespace {
 constexpr int64_t kKeyTile = kLanes;      // keys scored together (one vector of them, for few rows)
 constexpr int64_t kCopyKeys = 64;         // keys copied together
 constexpr int64_t kCopyStride = 16;       // ... in the order 0, 16, 32, 48, 1, 17, ...: four streams of K and V
-static_assert(kCopyKeys % kKeyTile == 0 && kCopyKeys % kCopyStride == 0, "a copy holds whole key tiles");
+// Keys per softmax step of many rows: each step rescales every output accumulator and sets up the row
+// vectors' masks once, so 32 keys spread that over twice (AVX-512) or four times (AVX2) the keys of one
+// vector (AVX2 prefill of 3 prompts -12%, docs/attention.md).
+constexpr int64_t kLaneKeys = 32;
+static_assert(kCopyKeys % kKeyTile == 0 && kCopyKeys % kLaneKeys == 0 && kCopyKeys % kCopyStride == 0,
+              "a copy holds whole key tiles and runs");
 constexpr int64_t kRowsPerTile = 48;      // target rows (tokens x group heads) of one tile
 constexpr int64_t kAutoPartition = 256;   // keys per part when splitting for idle threads
 constexpr int64_t kMinSharedKeys = 64;    // the shortest common prefix worth attending once for its sequences
@@ -258,12 +263,12 @@ struct Scratch {
     kv_copy.resize(copy_bytes);
     q_rows.resize(rows * dim);
     q_lanes.resize(dim * padded);
-    scores.resize(std::max(kKeyTile * padded, kLanes / 2 * kCopyKeys));
+    scores.resize(std::max(kLaneKeys * padded, kLanes / 2 * kCopyKeys));
     acc.resize(rows * dim);
     acc_lanes.resize(dim * padded);
     q_pairs.resize(dim / 2 * padded);
-    p_pairs.resize(kKeyTile / 2 * padded);
-    v_pairs.resize(kKeyTile / 2 * dim);
+    p_pairs.resize(kLaneKeys / 2 * padded);
+    v_pairs.resize(kLaneKeys / 2 * dim);
     for (auto* v : {&m, &l, &alpha, &limit}) v->resize(padded);
   }
 };
@@ -339,8 +344,8 @@ class Kernel {
     Scratch& s = thread_scratch();
     s.resize(num_rows, width, kDim, 2 * kCopyKeys * kDim * static_cast<int64_t>(sizeof(T)));
     load_queries(w, part, s, width, lanes);
-    // Few rows take a whole copy of keys at a time (one softmax step per row per copy); many rows a key tile.
-    const int64_t step = lanes ? kKeyTile : kCopyKeys;
+    // Few rows take a whole copy of keys at a time (one softmax step per row per copy); many rows half of one.
+    const int64_t step = lanes ? kLaneKeys : kCopyKeys;
     for (int64_t key0 = key_begin; key0 < key_end; key0 += step) {
       // rows are ordered by position: rows before `first` see no key from key0 on (a shared prefix lies
       // before every member's own positions: all rows see it)
