@@ -2,11 +2,13 @@
 #include <torch/extension.h>
 
 #include <array>
+#include <tuple>
 
 #include "cache_ops.h"
 #include "layer_ops.h"
 #include "linear.h"
 #include "paged_attention.h"
+#include "sampling_ops.h"
 #include "vec.h"
 
 namespace pagedllm {
@@ -169,6 +171,19 @@ void rotary_op(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& s
                   sin.data_ptr<float>());
 }
 
+// logits [rows, vocab] float32 with contiguous rows -> (argmax int64 [rows], log_z float32 [rows]).
+std::tuple<torch::Tensor, torch::Tensor> greedy_summary_op(const torch::Tensor& logits) {
+  check_cpu(logits, "logits");
+  TORCH_CHECK(logits.scalar_type() == torch::kFloat32 && logits.dim() == 2 && logits.stride(1) == 1,
+              "logits must be a float32 [rows, vocab] tensor with contiguous rows");
+  TORCH_CHECK(logits.size(1) > 0, "logits must have at least one column");
+  auto argmax = torch::empty({logits.size(0)}, logits.options().dtype(torch::kInt64));
+  auto log_z = torch::empty({logits.size(0)}, logits.options());
+  greedy_summary(logits.data_ptr<float>(), logits.stride(0), logits.size(0), logits.size(1),
+                 argmax.data_ptr<int64_t>(), log_z.data_ptr<float>());
+  return {argmax, log_z};
+}
+
 torch::Tensor silu_mul_op(const torch::Tensor& x) {
   check_float(x, "x");
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.size(1) % 2 == 0, "x must be contiguous [rows, 2 * width]");
@@ -251,6 +266,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("add_rms_norm", &pagedllm::add_rms_norm_op, "residual += x; x = rms_norm(residual) * weight (in place)");
   m.def("rotary", &pagedllm::rotary_op, "rotary embedding in place");
   m.def("silu_mul", &pagedllm::silu_mul_op, "silu(gate) * up of [rows, 2 * width]");
+  m.def("greedy_summary", &pagedllm::greedy_summary_op, "per row of float32 logits: first argmax, logsumexp");
   m.def("has_linear_kernel", &pagedllm::has_linear_kernel_op, "whether this build has the linear kernel for "
         "float32 (False) or bfloat16 (True)", py::arg("bfloat16"));
   m.def("pack_linear", &pagedllm::pack_linear_op, "an [out, in] weight packed for linear (gated: an MLP's "

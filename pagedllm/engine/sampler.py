@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from pagedllm.engine.device import to_device, to_host
+from pagedllm.kernels import load_cpu_kernels
 from pagedllm.sampling_params import SamplingParams
 
 
@@ -67,22 +68,35 @@ def make_generator(seed: int | None, index: int = 0, device: str | torch.device 
 def sample(logits: torch.Tensor, rows: list[SamplingRow], eos_token_ids: set[int]) -> list[SampleResult]:
     """Pick one token per row. logits: [N, V] float32, one row per entry of `rows`."""
     raw = logits = logits.float()
-    log_z = raw.logsumexp(dim=-1, keepdim=True)  # [N, 1]: raw logprob = raw logit - log_z
+    log_z, picks = _log_normaliser(raw)  # [N, 1]: raw logprob = raw logit - log_z
     if any(changes_logits(r) for r in rows):
         logits = apply_penalties(logits.clone(), rows)
         mask_stop_tokens(logits, rows, eos_token_ids)
+        picks = None  # the raw logits' argmax no longer holds
     tokens = torch.empty(len(rows), dtype=torch.long, device=logits.device)
     greedy = [i for i, r in enumerate(rows) if r.params.greedy]
     randoms = [i for i, r in enumerate(rows) if not r.params.greedy]
-    if len(greedy) == len(rows):
-        tokens = logits.argmax(dim=-1)  # the common case: no row index to send
+    if len(greedy) == len(rows):  # the common case: no row index to send
+        tokens = picks if picks is not None else logits.argmax(dim=-1)
     elif greedy:
         picked = _index(greedy, logits)
-        tokens[picked] = logits[picked].argmax(dim=-1)
+        tokens[picked] = picks[picked] if picks is not None else logits[picked].argmax(dim=-1)
     if randoms:
         picked = _index(randoms, logits)
         tokens[picked] = _sample_random(logits[picked], [rows[i] for i in randoms])
     return _results(raw, log_z, tokens, rows)
+
+
+def _log_normaliser(raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """[N, 1] logsumexp of each row, and on the CPU with the compiled kernels [N] the first argmax of each row
+    as well, both from one pass of vector code (torch's two ops took about 6 ms of a 64-row decode step).
+    Rows holding a NaN or an infinite maximum keep torch's semantics: the whole batch goes to torch then."""
+    kernels = load_cpu_kernels() if raw.device.type == "cpu" and raw.dim() == 2 and raw.stride(1) == 1 else None
+    if kernels is not None:
+        picks, log_z = kernels.greedy_summary(raw)
+        if not torch.isnan(log_z).any():
+            return log_z[:, None], picks
+    return raw.logsumexp(dim=-1, keepdim=True), None
 
 
 def changes_logits(row: SamplingRow) -> bool:
