@@ -90,5 +90,6 @@ def compare_builds(builds: list[ModuleType], args: argparse.Namespace, dtype: to
         print(f"rows {rows:5d}   {rates}")
     return 0
 
+
 if __name__ == "__main__":
     raise SystemExit(main())

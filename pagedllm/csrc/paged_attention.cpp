@@ -22,7 +22,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <map>
 #include <memory>
 #include <new>
@@ -49,7 +48,6 @@ constexpr int64_t kRowsPerTile = 48;      // target rows (tokens x group heads) 
 constexpr int64_t kAutoPartition = 256;   // keys per part when splitting for idle threads
 constexpr int64_t kMinSharedKeys = 64;    // the shortest common prefix worth attending once for its sequences
 constexpr int64_t kSharedRows = 96;       // most rows (sequences x group heads) of one shared-prefix part
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // bfloat16 pair dot products (vdpbf16ps): with them a bfloat16 cache's many-row loops multiply pairs of
 // bfloat16 values into float32 sums, twice the work per instruction of widening to float32 first.

@@ -13,8 +13,6 @@ namespace pagedllm {
 
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
 // The row's maximum, or NaN when the row holds a NaN.
 float row_max(const float* x, int64_t vocab) {
   const int64_t whole = vocab / kLanes * kLanes;

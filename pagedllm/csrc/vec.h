@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -56,6 +57,8 @@ inline To bit_cast(From v) {
   std::memcpy(&out, &v, sizeof out);
   return out;
 }
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 inline fvec splat(float x) { return fvec{} + x; }
 

@@ -74,17 +74,19 @@ def rounding_flips(a: Draws, b: Draws, logits_tol: float) -> int:
     within rounding of the edge between two tokens' slices. A stream's draws after its flip are not
     compared: its context differs from there.
     """
-    assert sorted(set(a.streams)) == sorted(set(b.streams)), "the runs sampled different completions"
+    streams = sorted(set(a.streams))
+    assert streams == sorted(set(b.streams)), "the runs sampled different completions"
     flips = 0
-    for stream in sorted(set(a.streams)):
-        for i, ((x, ux, tx), (y, uy, ty)) in enumerate(zip(a.of_stream(stream), b.of_stream(stream))):
+    for stream in streams:
+        ours, theirs = a.of_stream(stream), b.of_stream(stream)
+        for i, ((x, ux, tx), (y, uy, ty)) in enumerate(zip(ours, theirs)):
             assert ux == uy, f"stream {stream}, draw {i}: the runs drew different uniforms"
             torch.testing.assert_close(y, x, atol=logits_tol, rtol=0, msg=lambda m: f"stream {stream}, draw {i}: {m}")
             if tx != ty:
                 flips += 1
                 break
         else:
-            assert len(a.of_stream(stream)) == len(b.of_stream(stream)), f"stream {stream}: different lengths"
+            assert len(ours) == len(theirs), f"stream {stream}: different lengths"
     return flips
 
 
