@@ -214,13 +214,13 @@ Reg silu(Reg x) {
   return bit_cast<Reg>(v / (1.0f + fast_exp(-v)));
 }
 
-// Vector c of a tile row: a plain store where all of the panel's `outputs` columns are real, a masked one in
-// a last, partial panel. (AVX2's masked store is microcoded on AMD's cores: as the only kind of store it held
+// Vector c of a tile row: a plain store where all of its lanes are real columns, a masked one where some are
+// not (a last, partial panel; with AVX-512 the second vector of a gated panel's 24 outputs, whose upper half
+// is the next panel's). (AVX2's masked store is microcoded on AMD's cores: as the only kind of store it held
 // about 8% of a prefill matmul's samples.)
 template <typename Op>
-__attribute__((always_inline)) inline void store_vector(typename Op::T* y, int64_t cols, int64_t outputs, int c,
-                                                        Reg v) {
-  if (cols == outputs)
+__attribute__((always_inline)) inline void store_vector(typename Op::T* y, int64_t cols, int c, Reg v) {
+  if (kLanes * (c + 1) <= cols)
     Op::store(y + kLanes * c, v);
   else
     Op::store(y + kLanes * c, column_mask(cols, c), v);
@@ -233,13 +233,13 @@ __attribute__((always_inline)) inline void store_row(typename Op::T* y, int64_t 
                                                      const Reg (&acc)[kPanelVecs]) {
   if (!gated) {
 #pragma GCC unroll 3
-    for (int c = 0; c < kPanelVecs; ++c) store_vector<Op>(y, cols, kPanelCols, c, acc[c]);
+    for (int c = 0; c < kPanelVecs; ++c) store_vector<Op>(y, cols, c, acc[c]);
     return;
   }
   Reg gate[kGatedVecs], up[kGatedVecs];
   split_gated(acc, gate, up);
 #pragma GCC unroll 2
-  for (int c = 0; c < kGatedVecs; ++c) store_vector<Op>(y, cols, kGatedPanelOutputs, c, silu(gate[c]) * up[c]);
+  for (int c = 0; c < kGatedVecs; ++c) store_vector<Op>(y, cols, c, silu(gate[c]) * up[c]);
 }
 
 // y[r, 0 .. cols) for kRows rows (x rows k apart, y rows ldy apart): x[r] . panel + start, or for a gated
