@@ -37,10 +37,30 @@ mkdir -p "$OUT" "$(dirname "$MODEL_DIR")"
 
 free_port() { $BIN/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
+# wait_idle: until the CPUs are over 90% idle for two seconds in a row (at most 60 s), so that no run starts
+# while the one before is still tearing down (a peer's worker processes can outlive its main process).
+wait_idle() {
+  $BIN/python - <<'PY'
+import time
+def idle_fraction() -> float:
+    def read():
+        fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+        return fields[3] + fields[4], sum(fields)
+    idle0, total0 = read()
+    time.sleep(1.0)
+    idle1, total1 = read()
+    return (idle1 - idle0) / max(1, total1 - total0)
+quiet, deadline = 0, time.time() + 60
+while quiet < 2 and time.time() < deadline:
+    quiet = quiet + 1 if idle_fraction() > 0.9 else 0
+PY
+}
+
 # run NAME CMD...: bounded by RUN_TIMEOUT, log in DIR/NAME.log, the last lines in DIR/NAME.err on failure.
 # The 1-minute load average before and after goes to DIR/NAME.load (the machine is shared).
 run() {
   local name=$1 status=0; shift
+  wait_idle
   log "$DIR: $name"
   rm -f "$DIR/$name.err"
   cut -d' ' -f1 /proc/loadavg >"$DIR/$name.load"
