@@ -1,14 +1,16 @@
 // The projections' matmul: y = x W^T + bias over W packed into panels of kPanelCols output columns.
 //
-// Each thread takes a run of panels. For every panel, a few rows of x at a time are multiplied into a
-// register tile: with AVX-512, 8 rows x 48 columns in 24 registers; with AVX2, 6 rows x 16 columns in 12
-// of its 16. Per panel row, the panel's vectors are loaded once and each x value (bfloat16: pair of
-// values) is broadcast into one FMA per vector (bfloat16: pair dot products). A decode step streams all
-// of the weights from memory for a few dozen rows, so while a thread works on one panel it prefetches
-// the next, a line or three per panel row: the memory reads overlap the arithmetic. oneDNN's prepacked
-// matmul does not, and at 1-64 rows this runs 1.2-1.9x faster than it, at about the same speed from
-// 1024 rows up (docs/models.md). A gated weight (an MLP's [gate; up]) is packed with half a panel of
-// gate columns and the matching up columns in each panel, and its tiles are stored as silu(gate) * up.
+// Threads take panels two at a time from a shared counter (with a static split, the thread that finished
+// first waited at the end of each matmul whenever the other core had been slowed). For every panel, a few
+// rows of x at a time are multiplied into a register tile: with AVX-512, 8 rows x 48 columns in 24
+// registers; with AVX2, 6 rows x 16 columns in 12 of its 16. Per panel row, the panel's vectors are loaded
+// once and each x value (bfloat16: pair of values) is broadcast into one FMA per vector (bfloat16: pair dot
+// products). A decode step streams all of the weights from memory for a few dozen rows, so while a thread
+// works on one panel it prefetches the next one it will take (claimed as it starts the last of its two), a
+// line or three per panel row: the memory reads overlap the arithmetic. oneDNN's prepacked matmul does
+// not, and at 1-64 rows this runs 1.2-1.9x faster than it, at about the same speed from 1024 rows up
+// (docs/models.md). A gated weight (an MLP's [gate; up]) is packed with half a panel of gate columns and
+// the matching up columns in each panel, and its tiles are stored as silu(gate) * up.
 #include "linear.h"
 
 #include <algorithm>
@@ -64,6 +66,9 @@ template void pack_linear_weight<bf16_t>(const bf16_t*, int64_t, int64_t, bool, 
 namespace {
 
 constexpr int64_t kRowChunk = 512;   // rows per pass over the weights (more: x no longer stays in cache)
+// Panels a thread takes at a time from the shared counter: two, so that with 96-byte panel rows (bfloat16, or
+// float32 gated outputs) no two threads write one cache line of y.
+constexpr int64_t kClaimPanels = 2;
 constexpr int64_t kPanelRowBytes = kPanelCols * 4;  // float32 or bfloat16 pairs alike
 
 // The register type of one panel vector (kLanes floats) and the few operations the tiles use on it.
@@ -280,12 +285,15 @@ void run(const typename Op::T* x, int64_t m, int64_t k, const typename Op::T* pa
   constexpr const auto& tiles = TileTable<Op>::fns;
   const int64_t panel_size = panel_rows<T>(k) * kPanelRowBytes / static_cast<int64_t>(sizeof(T));
   const int64_t outputs = panel_outputs(gated);
+  const int64_t count = num_panels(n, gated), claims = (count + kClaimPanels - 1) / kClaimPanels;
   for (int64_t m0 = 0; m0 < m; m0 += kRowChunk) {
     const int64_t rows = std::min(kRowChunk, m - m0);
-    parallel_chunks(num_panels(n, gated), 1, [&](int64_t begin, int64_t end) {
-      for (int64_t p = begin; p < end; ++p) {
+    parallel_dynamic_ahead(claims, [&](int64_t claim, int64_t next_claim) {
+      const int64_t end = std::min(count, (claim + 1) * kClaimPanels);
+      for (int64_t p = claim * kClaimPanels; p < end; ++p) {
+        const int64_t after = p + 1 < end ? p + 1 : (next_claim >= 0 ? next_claim * kClaimPanels : -1);
         const T* panel = panels + p * panel_size;
-        const T* next = p + 1 < end ? panel + panel_size : nullptr;
+        const T* next = after >= 0 ? panels + after * panel_size : nullptr;
         const int64_t cols = std::min(outputs, n - p * outputs);
         Reg start[kPanelVecs];
         panel_start<Op>(bias, p, n, gated, cols, start);

@@ -21,6 +21,22 @@ void parallel_dynamic(int64_t n, const F& f) {
   });
 }
 
+// Like parallel_dynamic, but f(i, next) also learns the index `next` that this thread takes after i (-1: none),
+// so that it can prefetch that item's data while it works on i: a thread claims its next item as it starts one.
+template <typename F>
+void parallel_dynamic_ahead(int64_t n, const F& f) {
+  if (n <= 0) return;
+  std::atomic<int64_t> next{0};
+  const int64_t workers = std::min<int64_t>(n, at::get_num_threads());
+  at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
+    for (int64_t i = next++; i < n;) {
+      const int64_t after = next++;
+      f(i, after < n ? after : -1);
+      i = after;
+    }
+  });
+}
+
 // f(begin, end) over contiguous chunks of [0, n), for cheap uniform items such as tokens.
 template <typename F>
 void parallel_chunks(int64_t n, int64_t grain, const F& f) {
