@@ -38,7 +38,7 @@ mkdir -p "$OUT" "$(dirname "$MODEL_DIR")"
 free_port() { $BIN/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 # wait_idle: until the CPUs are over 90% idle for two seconds in a row (at most 60 s), so that no run starts
-# while the one before is still tearing down (a peer's worker processes can outlive its main process).
+# while the one before is still tearing down.
 wait_idle() {
   $BIN/python - <<'PY'
 import time
