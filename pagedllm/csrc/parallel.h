@@ -9,14 +9,21 @@
 
 namespace pagedllm {
 
+// body(next) on each of min(n, threads) threads, `next` a counter from 0 that they share to take items of
+// [0, n) in turn.
+template <typename Body>
+void on_shared_counter(int64_t n, const Body& body) {
+  if (n <= 0) return;
+  std::atomic<int64_t> next{0};
+  const int64_t workers = std::min<int64_t>(n, at::get_num_threads());
+  at::parallel_for(0, workers, 1, [&](int64_t, int64_t) { body(next); });
+}
+
 // f(i) for every i in [0, n): each thread takes the next index as soon as it is free, so items of very
 // different cost (long and short contexts) stay balanced across threads.
 template <typename F>
 void parallel_dynamic(int64_t n, const F& f) {
-  if (n <= 0) return;
-  std::atomic<int64_t> next{0};
-  const int64_t workers = std::min<int64_t>(n, at::get_num_threads());
-  at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
+  on_shared_counter(n, [&](std::atomic<int64_t>& next) {
     for (int64_t i = next++; i < n; i = next++) f(i);
   });
 }
@@ -25,10 +32,7 @@ void parallel_dynamic(int64_t n, const F& f) {
 // so that it can prefetch that item's data while it works on i: a thread claims its next item as it starts one.
 template <typename F>
 void parallel_dynamic_ahead(int64_t n, const F& f) {
-  if (n <= 0) return;
-  std::atomic<int64_t> next{0};
-  const int64_t workers = std::min<int64_t>(n, at::get_num_threads());
-  at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
+  on_shared_counter(n, [&](std::atomic<int64_t>& next) {
     for (int64_t i = next++; i < n;) {
       const int64_t after = next++;
       f(i, after < n ? after : -1);
