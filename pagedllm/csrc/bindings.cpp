@@ -2,6 +2,7 @@
 #include <torch/extension.h>
 
 #include <array>
+#include <string>
 #include <tuple>
 
 #include "cache_ops.h"
@@ -254,6 +255,14 @@ torch::Tensor linear_op(const torch::Tensor& x, const torch::Tensor& panels, con
   return y;
 }
 
+std::string bf16_matmul_path_op() { return bf16_path() == Bf16Path::kWiden ? "widen" : "dot"; }
+
+void set_bf16_matmul_path_op(const std::string& name) {
+  TORCH_CHECK(name == "auto" || name == "dot" || name == "widen", "the bfloat16 matmul path is 'auto', 'dot' or 'widen', not '",
+              name, "'");
+  set_bf16_path(name == "dot" ? Bf16Path::kDot : name == "widen" ? Bf16Path::kWiden : Bf16Path::kAuto);
+}
+
 }  // namespace
 }  // namespace pagedllm
 
@@ -271,6 +280,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "float32 (False) or bfloat16 (True)", py::arg("bfloat16"));
   m.def("pack_linear", &pagedllm::pack_linear_op, "an [out, in] weight packed for linear (gated: an MLP's "
         "[gate; up] weight, for silu(gate) * up)", py::arg("weight"), py::arg("gated") = false);
+  m.def("bf16_matmul_path", &pagedllm::bf16_matmul_path_op, "how bfloat16 linear calls multiply: 'dot' "
+        "(vdpbf16ps) or 'widen' (weights widened to float32 for FMAs), measured once unless set");
+  m.def("set_bf16_matmul_path", &pagedllm::set_bf16_matmul_path_op, "'auto' (measure once), 'dot' or 'widen'",
+        py::arg("path"));
   m.def("linear", &pagedllm::linear_op, "x W^T + bias over a packed weight (gated: silu(gate) * up of it)",
         py::arg("x"), py::arg("panels"), py::arg("bias"), py::arg("out_features"), py::arg("gated") = false);
 }

@@ -14,10 +14,13 @@
 #include "linear.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "parallel.h"
 
@@ -136,6 +139,7 @@ void prefetch_row(const void* next, int64_t i) {
 // float32: acc[r] += x[r, i] * panel row i, over the k panel rows.
 struct F32 {
   using T = float;
+  using X = float;  // x's type as multiply reads it
   static Reg load_bias(const float* bias, Mask mask) { return reg_load_masked(mask, bias); }
   static void store(float* y, Reg v) { reg_store(y, v); }
   static void store(float* y, Mask mask, Reg v) { reg_store_masked(y, mask, v); }
@@ -162,6 +166,7 @@ struct F32 {
 // bfloat16: acc[r] += x[r, 2i] * w[2i] + x[r, 2i + 1] * w[2i + 1] per column, over the k / 2 panel rows.
 struct BF16 {
   using T = bf16_t;
+  using X = bf16_t;
   static __m512 load_bias(const bf16_t* bias, __mmask16 mask) {
     const __m512i wide = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, bias));
     return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
@@ -189,6 +194,34 @@ struct BF16 {
         acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a, w0);
         acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, w1);
         acc[r][2] = _mm512_dpbf16_ps(acc[r][2], a, w2);
+      }
+    }
+  }
+};
+
+// bfloat16 weights widened to float32 in registers (a bfloat16 is the upper half of a float32: the even input
+// of each pair is its 32-bit lane shifted left, the odd one the lane with the lower half cleared), then float32
+// FMAs with x widened once per row chunk. Some cores issue vdpbf16ps at half their FMA rate; on them this runs
+// faster than BF16 while still reading half the bytes of float32 weights.
+struct BF16Widened : BF16 {
+  using X = float;
+
+  template <int kRows, bool kPrefetch>
+  static void multiply(const float* x, int64_t k, const bf16_t* panel, const bf16_t* next,
+                       __m512 (&acc)[kRows][kPanelVecs]) {
+    const __m512i upper = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+    for (int64_t i = 0; i < k / 2; ++i) {
+      const bf16_t* w = panel + i * 2 * kPanelCols;
+      if (kPrefetch) prefetch_row(next, i);
+      __m512 even[kPanelVecs], odd[kPanelVecs];
+      for (int c = 0; c < kPanelVecs; ++c) {
+        const __m512i pairs = _mm512_loadu_si512(w + 2 * kLanes * c);
+        even[c] = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
+        odd[c] = _mm512_castsi512_ps(_mm512_and_si512(pairs, upper));
+      }
+      for (int r = 0; r < kRows; ++r) {
+        const __m512 a = _mm512_set1_ps(x[r * k + 2 * i]), b = _mm512_set1_ps(x[r * k + 2 * i + 1]);
+        for (int c = 0; c < kPanelVecs; ++c) acc[r][c] = _mm512_fmadd_ps(b, odd[c], _mm512_fmadd_ps(a, even[c], acc[r][c]));
       }
     }
   }
@@ -250,7 +283,7 @@ __attribute__((always_inline)) inline void store_row(typename Op::T* y, int64_t 
 // y[r, 0 .. cols) for kRows rows (x rows k apart, y rows ldy apart): x[r] . panel + start, or for a gated
 // panel silu(gate) * up of that. `next`: the panel this thread reads after this one, or null.
 template <typename Op, int kRows>
-void tile(const typename Op::T* x, int64_t k, const typename Op::T* panel, const typename Op::T* next,
+void tile(const typename Op::X* x, int64_t k, const typename Op::T* panel, const typename Op::T* next,
           const Reg (&start)[kPanelVecs], bool gated, int64_t cols, typename Op::T* y, int64_t ldy) {
   Reg acc[kRows][kPanelVecs];
   // unrolled: as loops, GCC turns a zero start into a call to memset (~1% of a decode step)
@@ -266,20 +299,20 @@ void tile(const typename Op::T* x, int64_t k, const typename Op::T* panel, const
   for (int r = 0; r < kRows; ++r) store_row<Op>(y + r * ldy, cols, gated, acc[r]);
 }
 
-template <typename T>
-using TileFn = void (*)(const T*, int64_t, const T*, const T*, const Reg (&)[kPanelVecs], bool, int64_t, T*,
-                        int64_t);
+template <typename Op, typename T = typename Op::T>
+using TileFn = void (*)(const typename Op::X*, int64_t, const T*, const T*, const Reg (&)[kPanelVecs], bool, int64_t,
+                        T*, int64_t);
 
 // fns[r] = tile<Op, r> for r = 1 .. kTileRows.
 template <typename Op, typename Rows = std::make_integer_sequence<int, kTileRows + 1>>
 struct TileTable;
 template <typename Op, int... kRows>
 struct TileTable<Op, std::integer_sequence<int, 0, kRows...>> {
-  static constexpr TileFn<typename Op::T> fns[kTileRows + 1] = {nullptr, tile<Op, kRows>...};
+  static constexpr TileFn<Op> fns[kTileRows + 1] = {nullptr, tile<Op, kRows>...};
 };
 
 template <typename Op>
-void run(const typename Op::T* x, int64_t m, int64_t k, const typename Op::T* panels, const typename Op::T* bias,
+void run(const typename Op::X* x, int64_t m, int64_t k, const typename Op::T* panels, const typename Op::T* bias,
          int64_t n, bool gated, typename Op::T* y) {
   using T = typename Op::T;
   constexpr const auto& tiles = TileTable<Op>::fns;
@@ -330,16 +363,74 @@ void linear<float>(const float*, int64_t, int64_t, const float*, const float*, i
 
 #if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 
+namespace {
+
+std::atomic<Bf16Path> requested_bf16_path{Bf16Path::kAuto}, measured_bf16_path{Bf16Path::kAuto};
+
+// Seconds for `reps` register tiles of 8 rows over one panel of k inputs held in the caches: the arithmetic's
+// rate alone.
+template <typename Op>
+double time_tiles(const typename Op::X* x, int64_t k, const bf16_t* panel, bf16_t* y, int reps) {
+  const Reg start[kPanelVecs] = {};
+  const auto begin = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) tile<Op, kTileRows>(x, k, panel, nullptr, start, false, kPanelCols, y, kPanelCols);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+}
+
+// The faster of the two bfloat16 paths on this core, by timing both on the same small cached problem (a few ms,
+// best of five alternating rounds).
+Bf16Path measure_bf16_path() {
+  constexpr int64_t k = 512;
+  constexpr int reps = 200;
+  const std::vector<bf16_t> x(kTileRows * k, bf16_t{0x3f80}), panel(k * kPanelCols, bf16_t{0x3f80});
+  const std::vector<float> x_wide(kTileRows * k, 1.0f);
+  std::vector<bf16_t> y(kTileRows * kPanelCols);
+  double dot = 1e30, widened = 1e30;
+  for (int round = 0; round < 5; ++round) {
+    dot = std::min(dot, time_tiles<BF16>(x.data(), k, panel.data(), y.data(), reps));
+    widened = std::min(widened, time_tiles<BF16Widened>(x_wide.data(), k, panel.data(), y.data(), reps));
+  }
+  return widened < dot ? Bf16Path::kWiden : Bf16Path::kDot;
+}
+
+// x's rows [0, rows) widened to float32 into `out` (a bfloat16 is the upper half of a float32).
+void widen_rows(const bf16_t* x, int64_t rows, int64_t k, float* out) {
+  parallel_chunks(rows, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin * k; i < end * k; ++i) out[i] = to_float(x[i]);
+  });
+}
+
+}  // namespace
+
+void set_bf16_path(Bf16Path path) { requested_bf16_path = path; }
+
+Bf16Path bf16_path() {
+  if (requested_bf16_path != Bf16Path::kAuto) return requested_bf16_path;
+  if (measured_bf16_path == Bf16Path::kAuto) measured_bf16_path = measure_bf16_path();
+  return measured_bf16_path;
+}
+
 template <>
 bool has_linear_kernel<bf16_t>() { return true; }
 
 template <>
 void linear<bf16_t>(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n,
                     bool gated, bf16_t* y) {
-  run<BF16>(x, m, k, panels, bias, n, gated, y);
+  if (bf16_path() == Bf16Path::kDot) return run<BF16>(x, m, k, panels, bias, n, gated, y);
+  thread_local std::vector<float> wide;  // one row chunk of x in float32
+  for (int64_t m0 = 0; m0 < m; m0 += kRowChunk) {
+    const int64_t rows = std::min(kRowChunk, m - m0);
+    if (static_cast<int64_t>(wide.size()) < rows * k) wide.resize(rows * k);
+    widen_rows(x + m0 * k, rows, k, wide.data());
+    run<BF16Widened>(wide.data(), rows, k, panels, bias, n, gated, y + m0 * n);
+  }
 }
 
 #else  // no AVX512-BF16
+
+void set_bf16_path(Bf16Path) {}
+
+Bf16Path bf16_path() { return Bf16Path::kDot; }
 
 template <>
 bool has_linear_kernel<bf16_t>() { return false; }

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "bf16_path.h"
 #include "vec.h"
 
 namespace pagedllm {

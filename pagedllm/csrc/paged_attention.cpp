@@ -29,6 +29,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "bf16_path.h"
 #include "parallel.h"
 #include "vec.h"
 
@@ -50,7 +51,8 @@ constexpr int64_t kMinSharedKeys = 64;    // the shortest common prefix worth at
 constexpr int64_t kSharedRows = 96;       // most rows (sequences x group heads) of one shared-prefix part
 
 // bfloat16 pair dot products (vdpbf16ps): with them a bfloat16 cache's many-row loops multiply pairs of
-// bfloat16 values into float32 sums, twice the work per instruction of widening to float32 first.
+// bfloat16 values into float32 sums, twice the work per instruction of widening to float32 first. They are
+// used where bf16_path() found vdpbf16ps the faster (some cores issue it at half their FMA rate).
 #if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 constexpr bool kHasPairDot = true;
 // acc + a[2i] b[2i] + a[2i+1] b[2i+1] in lane i, for a and b holding a pair of bfloat16 per lane
@@ -278,8 +280,9 @@ __attribute__((noinline)) Scratch& thread_scratch() {
   return s;
 }
 
-// One instantiation per cache dtype T and head dim (kChunks vectors).
-template <typename T, int kChunks>
+// One instantiation per cache dtype T, head dim (kChunks vectors) and, for bfloat16, whether the many-row loops
+// multiply pairs with vdpbf16ps (kPairDots) or widen to float32 first (bf16_path() picks).
+template <typename T, int kChunks, bool kPairDots>
 class Kernel {
  public:
   static constexpr int64_t kDim = kChunks * kLanes;
@@ -294,7 +297,7 @@ class Kernel {
   static constexpr int64_t kMaxScoreVecs = 3, kPassKeys = 4, kPassDims = 4;
 #endif
   static constexpr int64_t kScoreRows = 4;     // few-row scores: rows sharing each key load
-  static constexpr bool kPairs = std::is_same_v<T, bf16_t> && kHasPairDot;  // many-row loops on pair dots
+  static constexpr bool kPairs = std::is_same_v<T, bf16_t> && kHasPairDot && kPairDots;  // many-row loops on pair dots
 
   explicit Kernel(const PagedAttentionArgs& a)
       : a_(a), group_(group_size(a)), cache_(static_cast<const T*>(a.kv_cache)),
@@ -765,15 +768,22 @@ class Kernel {
   }
 };
 
-template <typename T>
-void dispatch(const PagedAttentionArgs& a) {
+template <typename T, bool kPairDots>
+void dispatch_head_dim(const PagedAttentionArgs& a) {
   switch (a.head_dim) {
-    case 16: Kernel<T, 16 / kLanes>(a).run(); break;
-    case 32: Kernel<T, 32 / kLanes>(a).run(); break;
-    case 64: Kernel<T, 64 / kLanes>(a).run(); break;
-    case 128: Kernel<T, 128 / kLanes>(a).run(); break;
+    case 16: Kernel<T, 16 / kLanes, kPairDots>(a).run(); break;
+    case 32: Kernel<T, 32 / kLanes, kPairDots>(a).run(); break;
+    case 64: Kernel<T, 64 / kLanes, kPairDots>(a).run(); break;
+    case 128: Kernel<T, 128 / kLanes, kPairDots>(a).run(); break;
     default: throw std::invalid_argument("paged_attention supports head_dim 16, 32, 64 and 128");
   }
+}
+
+template <typename T>
+void dispatch(const PagedAttentionArgs& a) {
+  if constexpr (std::is_same_v<T, bf16_t> && kHasPairDot)
+    if (bf16_path() == Bf16Path::kDot) return dispatch_head_dim<T, true>(a);
+  dispatch_head_dim<T, false>(a);
 }
 
 }  // namespace

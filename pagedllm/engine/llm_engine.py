@@ -25,6 +25,7 @@ from pagedllm.engine.text_stage import detokenize
 from pagedllm.errors import InvalidInputError
 from pagedllm.kv.manager import KVCacheManager
 from pagedllm.model.dtype import describe_dtype, resolve_dtype
+from pagedllm.model.projection import describe_matmul
 from pagedllm.sampling_params import SamplingParams
 
 logger = logging.getLogger("pagedllm")
@@ -264,7 +265,8 @@ class LLMEngine:
         from pagedllm.attention import kv_cache_bytes_per_block
 
         dtype = describe_dtype(self.config.dtype, self.dtype, self.device)
-        logger.info("device %s; dtype %s; attention %s", self.device, dtype, self.runner.attention_impl)
+        logger.info("device %s; dtype %s; matmul %s; attention %s", self.device, dtype,
+                    describe_matmul(self.dtype, self.device), self.runner.attention_impl)
         mc, kv = self.runner.config, self.kv  # a tensor-parallel rank's own KV heads
         per_block = kv_cache_bytes_per_block(mc.num_layers, kv.block_size, mc.num_kv_heads, mc.head_dim, self.dtype)
         logger.info(

@@ -4,7 +4,8 @@
   loaded: pagedllm's own matmul (pagedllm/csrc/linear.cpp) over the weight packed into panels of 48 columns
   (AVX-512) or 16 (AVX2). It prefetches the weights it reads next, so it beats oneDNN where a decode step
   streams every weight from memory for a few rows (1.2-1.9x at 1-64 rows) and matches it on prefill-sized
-  batches (docs/models.md).
+  batches (docs/models.md). bfloat16 multiplies with vdpbf16ps or with the weights widened to float32 FMAs,
+  whichever a first timing on this CPU finds faster (`describe_matmul` says which).
 - Otherwise oneDNN, the weight reordered into the blocked layout its matmul reads (`_reorder_linear_weight`).
   A weight merely converted to oneDNN's plain layout (`to_mkldnn`) is reordered again on every call: at 32
   rows that measured 133 against 170 GFLOP/s in float32 and 228 against 310 in bfloat16.
@@ -59,6 +60,25 @@ def own_matmul(weight: torch.Tensor, pack: bool) -> ModuleType | None:
         return None
     kernels = linear_kernels(weight.dtype)
     return kernels if kernels is not None and (weight.dtype == torch.float32 or weight.shape[1] % 2 == 0) else None
+
+
+BF16_PATHS = {
+    "dot": "vdpbf16ps pair dot products (timed faster here than bfloat16 widened to float32 FMAs)",
+    "widen": "bfloat16 weights widened to float32 FMAs (timed faster here than vdpbf16ps)",
+}
+
+
+def describe_matmul(dtype: torch.dtype, device: torch.device) -> str:
+    """For the startup log: which matmul runs the projections, and for bfloat16 on pagedllm's which way it
+    multiplies (measured once on this CPU: some cores issue vdpbf16ps at half their FMA rate)."""
+    if device.type != "cpu":
+        return "torch"
+    if not can_pack(dtype):
+        return "torch (unpacked)"
+    kernels = linear_kernels(dtype)
+    if kernels is None:
+        return "oneDNN (prepacked)"
+    return "pagedllm's" if dtype != torch.bfloat16 else f"pagedllm's, {BF16_PATHS[kernels.bf16_matmul_path()]}"
 
 
 class Projection:

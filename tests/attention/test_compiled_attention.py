@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from attn_helpers import Batch, dense_attention, make_batch
+from bf16_paths import BF16_PATHS, bf16_matmul_path
 from pagedllm.attention import AttentionMetadata, allocate_kv_caches, paged_attention, write_kv
 from pagedllm.attention.compiled import compiled_attention
 from pagedllm.kernels import build, load_cpu_kernels
@@ -210,9 +211,11 @@ def test_shared_prefix_attended_once_matches_dense(
     check(batch, partition_size)
 
 
+@pytest.mark.parametrize("path", BF16_PATHS)
 @pytest.mark.parametrize("group,block_size", [(3, 16), (8, 32)])
-def test_shared_prefix_bfloat16(group: int, block_size: int) -> None:
-    check(forked_batch(block_size, group, 300, torch.bfloat16, seed=group), tol=BF16_TOL)
+def test_shared_prefix_bfloat16(group: int, block_size: int, path: str) -> None:
+    with bf16_matmul_path(path):
+        check(forked_batch(block_size, group, 300, torch.bfloat16, seed=group), tol=BF16_TOL)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -232,15 +235,17 @@ def test_nan_in_unused_slots_never_leaks(dtype: torch.dtype) -> None:
     assert torch.isfinite(out).all()
 
 
+@pytest.mark.parametrize("path", BF16_PATHS)  # the many-row loops: vdpbf16ps, or widened to float32 FMAs
 @pytest.mark.parametrize("partition_size", [0, 48])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("group,block_size", [(1, 1), (3, 16), (4, 32), (8, 128)])
-def test_bfloat16_cache(group: int, block_size: int, head_dim: int, partition_size: int) -> None:
+def test_bfloat16_cache(group: int, block_size: int, head_dim: int, partition_size: int, path: str) -> None:
     seed = group + block_size + head_dim
     batch = make_batch(
         mixed_specs(seed, max_cached=700), *heads_for(group), block_size, head_dim, torch.bfloat16, seed
     )
-    check(batch, partition_size, BF16_TOL)
+    with bf16_matmul_path(path):
+        check(batch, partition_size, BF16_TOL)
 
 
 def test_bfloat16_agrees_with_reference() -> None:

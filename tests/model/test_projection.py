@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import pagedllm.model.projection as projection
+from bf16_paths import bf16_matmul_path
 from pagedllm.model.layers import silu_mul
 from pagedllm.model.projection import GatedProjection, Projection, can_pack, linear_kernels
 
@@ -74,16 +75,27 @@ needs_bf16_linear_kernel = pytest.mark.skipif(linear_kernels(torch.bfloat16) is 
 
 
 @needs_bf16_linear_kernel
+def test_bf16_matmul_path_is_measured_or_asked_for():
+    kernels = linear_kernels(torch.bfloat16)
+    assert kernels.bf16_matmul_path() in ("dot", "widen")  # "auto": the faster one on this core, timed once
+    with pytest.raises(RuntimeError, match="'auto', 'dot' or 'widen'"):
+        kernels.set_bf16_matmul_path("fast")
+    assert kernels.bf16_matmul_path() in ("dot", "widen")
+
+
+@needs_bf16_linear_kernel
 @pytest.mark.parametrize("rows", [1, 9, 513])
 @pytest.mark.parametrize("out_features,in_features", [(1, 2), (47, 64), (49, 34), (1000, 576)])
 @pytest.mark.parametrize("bias", [False, True])
-def test_bf16_linear_kernel_equals_linear(rows, out_features, in_features, bias):
+@pytest.mark.parametrize("path", ["dot", "widen"])
+def test_bf16_linear_kernel_equals_linear(path, rows, out_features, in_features, bias):
     torch.manual_seed(rows + out_features)
     x = torch.randn(rows, in_features, dtype=torch.bfloat16)
     weight = torch.randn(out_features, in_features, dtype=torch.bfloat16)
     b = torch.randn(out_features, dtype=torch.bfloat16) if bias else None
     proj = Projection(weight, b, pack=True)
-    got = proj(x)
+    with bf16_matmul_path(path):
+        got = proj(x)
     assert proj._kernels is not None and got.dtype == torch.bfloat16 and got.shape == (rows, out_features)
     # float32 sums of the exact bf16 products, rounded once to bfloat16 (half an ulp: 2^-9 relative)
     expected = F.linear(x.float(), weight.float(), None if b is None else b.float())
@@ -138,12 +150,12 @@ def gated_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     return silu_mul(F.linear(x.double(), weight.double(), None if bias is None else bias.double()))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype,path", [(torch.float32, None), (torch.bfloat16, "dot"), (torch.bfloat16, "widen")])
 @pytest.mark.parametrize("rows", [1, 9, 513])  # register tiles of 8 or 6 rows, passes of 512
 @pytest.mark.parametrize("intermediate,in_features", [(1, 4), (7, 16), (8, 8), (23, 64), (24, 6), (50, 130),
                                                       (1536, 576)])
 @pytest.mark.parametrize("bias", [False, True])
-def test_gated_kernel_equals_linear_then_silu_mul(dtype, rows, intermediate, in_features, bias):
+def test_gated_kernel_equals_linear_then_silu_mul(dtype, path, rows, intermediate, in_features, bias):
     """24 outputs per panel with AVX-512 (23, 24 and 50: a partial, a whole and a third, partial panel), 8 with
     AVX2 (7, 8 and 23 likewise)."""
     if linear_kernels(dtype) is None:
@@ -153,7 +165,8 @@ def test_gated_kernel_equals_linear_then_silu_mul(dtype, rows, intermediate, in_
     weight = (torch.randn(2 * intermediate, in_features) / in_features**0.5).to(dtype)
     b = torch.randn(2 * intermediate).to(dtype) if bias else None
     gated = GatedProjection(weight, b, pack=True)
-    got = gated(x, lambda gate_up: pytest.fail("the activation is the kernel's"))
+    with bf16_matmul_path(path):
+        got = gated(x, lambda gate_up: pytest.fail("the activation is the kernel's"))
     assert gated.fused and got.dtype == dtype and got.shape == (rows, intermediate)
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2**-8, atol=2e-3)
     torch.testing.assert_close(got.double(), gated_reference(x, weight, b), **tol)
@@ -178,3 +191,19 @@ def test_gated_kernel_rejects_mismatched_inputs():
         kernels.linear(torch.randn(3, 40), panels, None, 60, gated=True)  # 60 outputs need more panels
     with pytest.raises(RuntimeError, match="bias"):
         kernels.linear(torch.randn(3, 40), panels, torch.randn(30), 30, gated=True)  # the bias has 2 x 30
+
+
+def test_the_startup_log_names_the_matmul(monkeypatch: pytest.MonkeyPatch):
+    from pagedllm.model.projection import describe_matmul
+
+    cpu = torch.device("cpu")
+    assert describe_matmul(torch.float32, torch.device("cuda")) == "torch"
+    expected = "pagedllm's" if linear_kernels(torch.float32) is not None else "oneDNN (prepacked)"
+    assert describe_matmul(torch.float32, cpu) == expected
+    if linear_kernels(torch.bfloat16) is not None:
+        with bf16_matmul_path("widen"):
+            assert "widened to float32 FMAs (timed faster here" in describe_matmul(torch.bfloat16, cpu)
+        with bf16_matmul_path("dot"):
+            assert describe_matmul(torch.bfloat16, cpu).startswith("pagedllm's, vdpbf16ps")
+    monkeypatch.setattr(projection, "linear_kernels", lambda dtype: None)
+    assert describe_matmul(torch.float32, cpu) == "oneDNN (prepacked)"
