@@ -330,9 +330,15 @@ void run(const typename Op::X* x, int64_t m, int64_t k, const typename Op::T* pa
         const int64_t cols = std::min(outputs, n - p * outputs);
         Reg start[kPanelVecs];
         panel_start<Op>(bias, p, n, gated, cols, start);
-        for (int64_t r = 0; r < rows; r += kTileRows)
-          tiles[std::min<int64_t>(kTileRows, rows - r)](x + (m0 + r) * k, k, panel, r == 0 ? next : nullptr, start,
-                                                        gated, cols, y + (m0 + r) * n + p * outputs, n);
+        // as few tiles as kTileRows allows, of sizes that differ by one at most: a small last tile would read
+        // the panel for few rows
+        const int64_t count_tiles = (rows + kTileRows - 1) / kTileRows;
+        for (int64_t t = 0, r = 0; t < count_tiles; ++t) {
+          const int64_t size = rows / count_tiles + (t < rows % count_tiles ? 1 : 0);
+          tiles[size](x + (m0 + r) * k, k, panel, r == 0 ? next : nullptr, start, gated, cols,
+                      y + (m0 + r) * n + p * outputs, n);
+          r += size;
+        }
       }
     });
   }
