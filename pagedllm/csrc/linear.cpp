@@ -1,7 +1,8 @@
 // The projections' matmul: y = x W^T + bias over W packed into panels of kPanelCols output columns.
 //
-// Threads take panels two at a time from a shared counter (with a static split, the thread that finished
-// first waited at the end of each matmul whenever the other core had been slowed). For every panel, a few
+// Threads take work items, two panels for up to 128 rows, from a shared counter (with a static split, the
+// thread that finished first waited at the end of each matmul whenever the other core had been slowed; with
+// whole panels for all of a prefill's rows, it still waited up to one such item). For every panel, a few
 // rows of x at a time are multiplied into a register tile: with AVX-512, 8 rows x 48 columns in 24
 // registers; with AVX2, 6 rows x 16 columns in 12 of its 16. Per panel row, the panel's vectors are loaded
 // once and each x value (bfloat16: pair of values) is broadcast into one FMA per vector (bfloat16: pair dot
@@ -69,9 +70,11 @@ template void pack_linear_weight<bf16_t>(const bf16_t*, int64_t, int64_t, bool, 
 namespace {
 
 constexpr int64_t kRowChunk = 512;   // rows per pass over the weights (more: x no longer stays in cache)
-// Panels a thread takes at a time from the shared counter: two, so that with 96-byte panel rows (bfloat16, or
-// float32 gated outputs) no two threads write one cache line of y.
+// A thread's work item: kClaimPanels panels for a block of at most kRowBlock of a pass's rows. Two panels, so
+// that with 96-byte panel rows (bfloat16, or float32 gated outputs) no two threads write one cache line of y;
+// blocks of rows, so that a prefill's items are small enough for threads slowed by other work to even out.
 constexpr int64_t kClaimPanels = 2;
+constexpr int64_t kRowBlock = 128;
 constexpr int64_t kPanelRowBytes = kPanelCols * 4;  // float32 or bfloat16 pairs alike
 
 // The register type of one panel vector (kLanes floats) and the few operations the tiles use on it.
@@ -320,8 +323,12 @@ void run(const typename Op::X* x, int64_t m, int64_t k, const typename Op::T* pa
   const int64_t outputs = panel_outputs(gated);
   const int64_t count = num_panels(n, gated), claims = (count + kClaimPanels - 1) / kClaimPanels;
   for (int64_t m0 = 0; m0 < m; m0 += kRowChunk) {
-    const int64_t rows = std::min(kRowChunk, m - m0);
-    parallel_dynamic_ahead(claims, [&](int64_t claim, int64_t next_claim) {
+    const int64_t chunk = std::min(kRowChunk, m - m0), blocks = (chunk + kRowBlock - 1) / kRowBlock;
+    // item = claim * blocks + block: a thread's next item is mostly the same panels' next rows, still cached
+    parallel_dynamic_ahead(claims * blocks, [&](int64_t item, int64_t next_item) {
+      const int64_t claim = item / blocks, block = item % blocks;
+      const int64_t next_claim = next_item < 0 || next_item / blocks == claim ? -1 : next_item / blocks;
+      const int64_t first = m0 + block * chunk / blocks, rows = m0 + (block + 1) * chunk / blocks - first;
       const int64_t end = std::min(count, (claim + 1) * kClaimPanels);
       for (int64_t p = claim * kClaimPanels; p < end; ++p) {
         const int64_t after = p + 1 < end ? p + 1 : (next_claim >= 0 ? next_claim * kClaimPanels : -1);
@@ -333,10 +340,9 @@ void run(const typename Op::X* x, int64_t m, int64_t k, const typename Op::T* pa
         // as few tiles as kTileRows allows, of sizes that differ by one at most: a small last tile would read
         // the panel for few rows
         const int64_t count_tiles = (rows + kTileRows - 1) / kTileRows;
-        for (int64_t t = 0, r = 0; t < count_tiles; ++t) {
+        for (int64_t t = 0, r = first; t < count_tiles; ++t) {
           const int64_t size = rows / count_tiles + (t < rows % count_tiles ? 1 : 0);
-          tiles[size](x + (m0 + r) * k, k, panel, r == 0 ? next : nullptr, start, gated, cols,
-                      y + (m0 + r) * n + p * outputs, n);
+          tiles[size](x + r * k, k, panel, r == first ? next : nullptr, start, gated, cols, y + r * n + p * outputs, n);
           r += size;
         }
       }
