@@ -62,7 +62,7 @@ def own_matmul(weight: torch.Tensor, pack: bool) -> ModuleType | None:
     return kernels if kernels is not None and (weight.dtype == torch.float32 or weight.shape[1] % 2 == 0) else None
 
 
-BF16_PATHS = {
+BF16_PATH_DESCRIPTIONS = {
     "dot": "vdpbf16ps pair dot products (timed faster here than bfloat16 widened to float32 FMAs)",
     "widen": "bfloat16 weights widened to float32 FMAs (timed faster here than vdpbf16ps)",
 }
@@ -78,7 +78,7 @@ def describe_matmul(dtype: torch.dtype, device: torch.device) -> str:
     kernels = linear_kernels(dtype)
     if kernels is None:
         return "oneDNN (prepacked)"
-    return "pagedllm's" if dtype != torch.bfloat16 else f"pagedllm's, {BF16_PATHS[kernels.bf16_matmul_path()]}"
+    return "pagedllm's" if dtype != torch.bfloat16 else f"pagedllm's, {BF16_PATH_DESCRIPTIONS[kernels.bf16_matmul_path()]}"
 
 
 class Projection:

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import pagedllm.model.projection as projection
-from bf16_paths import bf16_matmul_path
+from bf16_paths import BF16_PATHS, bf16_matmul_path
 from pagedllm.model.layers import silu_mul
 from pagedllm.model.projection import GatedProjection, Projection, can_pack, linear_kernels
 
@@ -77,17 +77,17 @@ needs_bf16_linear_kernel = pytest.mark.skipif(linear_kernels(torch.bfloat16) is 
 @needs_bf16_linear_kernel
 def test_bf16_matmul_path_is_measured_or_asked_for():
     kernels = linear_kernels(torch.bfloat16)
-    assert kernels.bf16_matmul_path() in ("dot", "widen")  # "auto": the faster one on this core, timed once
+    assert kernels.bf16_matmul_path() in BF16_PATHS  # "auto": the faster one on this core, timed once
     with pytest.raises(RuntimeError, match="'auto', 'dot' or 'widen'"):
         kernels.set_bf16_matmul_path("fast")
-    assert kernels.bf16_matmul_path() in ("dot", "widen")
+    assert kernels.bf16_matmul_path() in BF16_PATHS
 
 
 @needs_bf16_linear_kernel
 @pytest.mark.parametrize("rows", [1, 9, 513])
 @pytest.mark.parametrize("out_features,in_features", [(1, 2), (47, 64), (49, 34), (1000, 576)])
 @pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.parametrize("path", ["dot", "widen"])
+@pytest.mark.parametrize("path", BF16_PATHS)
 def test_bf16_linear_kernel_equals_linear(path, rows, out_features, in_features, bias):
     torch.manual_seed(rows + out_features)
     x = torch.randn(rows, in_features, dtype=torch.bfloat16)
