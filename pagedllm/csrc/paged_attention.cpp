@@ -103,6 +103,12 @@ struct WorkList {
   int64_t max_rows = 0;  // of one tile
 };
 
+// Keys [key0, key_end) of a tile's sequence and KV head (tile null: none).
+struct Keys {
+  const Tile* tile = nullptr;
+  int64_t key0 = 0, key_end = 0;
+};
+
 // Sequences attended together over their common first `keys` keys.
 struct SharedPrefix {
   std::vector<int64_t> seqs;
@@ -308,8 +314,8 @@ class Kernel {
     const int64_t slot_stride = w.max_rows * (kDim + 2);
     // not zeroed: every row a merge reads was written by its part (zeroing it was 0.5-1% of a step)
     const std::unique_ptr<float[]> partials(new float[w.num_slots * slot_stride]);
-    parallel_dynamic(static_cast<int64_t>(w.parts.size()), [&](int64_t i) {
-      run_part(w, w.parts[i], partials.get(), slot_stride);
+    parallel_dynamic_ahead(static_cast<int64_t>(w.parts.size()), [&](int64_t i, int64_t next) {
+      run_part(w, w.parts[i], next >= 0 ? &w.parts[next] : nullptr, partials.get(), slot_stride);
     });
     if (w.num_slots == 0) return;
     std::vector<int64_t> split;
@@ -328,6 +334,9 @@ class Kernel {
   const int64_t value_offset_;
 
   int64_t rows(const Tile& t) const { return tile_rows(t, group_); }
+  static Keys first_keys(const WorkList& w, const Part& part) {
+    return {&w.tiles[w.members[part.first_member]], part.key_begin, part.key_end};
+  }
   static int64_t padded(int64_t rows) { return (rows + kLanes - 1) / kLanes * kLanes; }
   int64_t token_index(const Tile& t, int64_t r) const {
     return a_.query_start_loc[t.seq] + t.token_begin + r / group_;
@@ -335,8 +344,10 @@ class Kernel {
   int64_t head_index(const Tile& t, int64_t r) const { return t.kv_head * group_ + r % group_; }
 
   // A part's rows are its member tiles' rows one after another; its keys lie in the first member's blocks
-  // (for a shared prefix, the same blocks as every other member's).
-  void run_part(const WorkList& w, const Part& part, float* partials, int64_t slot_stride) const {
+  // (for a shared prefix, the same blocks as every other member's). `next_part`: the one this thread takes
+  // after it (null: none), whose first keys are prefetched while this part's last copy is made.
+  void run_part(const WorkList& w, const Part& part, const Part* next_part, float* partials,
+                int64_t slot_stride) const {
     const int64_t* members = w.members.data() + part.first_member;
     const Tile& t = w.tiles[members[0]];
     const int64_t key_begin = part.key_begin, key_end = part.key_end;
@@ -353,7 +364,11 @@ class Kernel {
       const int64_t first = part.num_members > 1 ? 0 : std::max<int64_t>(0, key0 - t.first_key_pos) * group_;
       if (first >= num_rows) break;
       const int64_t n = std::min(step, key_end - key0);
-      copy_keys(t, key0, key_begin, key_end, s);
+      // the keys this thread reads after this copy: the part's next copy, or the next part's first
+      const Keys after = key0 + kCopyKeys < key_end ? Keys{&t, key0 + kCopyKeys, key_end}
+                         : next_part != nullptr    ? first_keys(w, *next_part)
+                                                   : Keys{};
+      copy_keys(t, key0, key_begin, key_end, after, s);
       if (lanes) {  // scores [key][row]: rows in vector lanes
         const int64_t first_vec = first / kLanes;
         score_lanes(s, width, first_vec, n);
@@ -430,18 +445,27 @@ class Kernel {
   // among them are scored: the blocks lie anywhere in the pool, and one tight copy loop that reads several
   // blocks in turn keeps more reads in flight than loads spread through the score and output loops
   // (docs/attention.md).
-  void copy_keys(const Tile& t, int64_t key0, int64_t key_begin, int64_t key_end, Scratch& s) const {
+  void copy_keys(const Tile& t, int64_t key0, int64_t key_begin, int64_t key_end, const Keys& after,
+                 Scratch& s) const {
     T* k_copy = reinterpret_cast<T*>(s.kv_copy.data());
     T* v_copy = k_copy + kCopyKeys * kDim;
     const int64_t at = (key0 - key_begin) % kCopyKeys;  // key0's row in the copy
     if (at == 0) {
       const int64_t count = std::min(kCopyKeys, key_end - key0);
       const T* src[kCopyKeys];
+      const T* next[kCopyKeys];
       for_each_key(t, key0, count, [&](int64_t j, const T* k) { src[j] = k; });
+      const int64_t next_count = after.tile == nullptr ? 0 : std::min(kCopyKeys, after.key_end - after.key0);
+      if (next_count > 0)
+        for_each_key(*after.tile, after.key0, next_count, [&](int64_t j, const T* k) { next[j] = k; });
       // rows in the order j = 0, 16, 32, 48, 1, ...: with blocks of 16, four blocks' K and V streams in flight,
-      // each read in order
+      // each read in order; with each row, the same row of the next copy is requested into L2
       for (int64_t r = 0; r < kCopyStride; ++r)
         for (int64_t j = r; j < count; j += kCopyStride) {
+          if (j < next_count) {
+            prefetch_row(next[j]);
+            prefetch_row(next[j] + value_offset_);
+          }
           copy_row(k_copy + j * kDim, src[j]);
           copy_row(v_copy + j * kDim, src[j] + value_offset_);
         }
@@ -460,6 +484,11 @@ class Kernel {
       std::memcpy(&c, reinterpret_cast<const char*>(src) + i, sizeof c);
       std::memcpy(reinterpret_cast<char*>(dst) + i, &c, sizeof c);
     }
+  }
+
+  // One K or V row requested into L2 (locality 2: prefetcht1 on x86).
+  static void prefetch_row(const T* row) {
+    for (size_t i = 0; i < kDim * sizeof(T); i += 64) __builtin_prefetch(reinterpret_cast<const char*>(row) + i, 0, 2);
   }
 
   // Row j of the current key tile's K or V (in the copy).
