@@ -31,6 +31,20 @@ class AttentionMetadata:
     def num_cached_list(self) -> list[int]:
         return [s - q for s, q in zip(self.seq_lens_list, self.query_lens_list)]
 
+    def last_tokens(self, seqs: list[int]) -> "AttentionMetadata":
+        """The batch cut to the last new token of sequences `seqs` (host tensors): one query row each, over its
+        whole context. For attending after this batch's K/V are written: its slots are those tokens'."""
+        index = torch.tensor(seqs, dtype=torch.int64)
+        return AttentionMetadata(
+            slot_mapping=self.slot_mapping[self.query_start_loc[index + 1] - 1],
+            block_tables=self.block_tables[index],
+            seq_lens=self.seq_lens[index],
+            query_start_loc=torch.arange(len(seqs) + 1, dtype=torch.int64),
+            block_size=self.block_size,
+            seq_lens_list=[self.seq_lens_list[i] for i in seqs],
+            query_lens_list=[1] * len(seqs),
+        )
+
     @classmethod
     def build(
         cls,

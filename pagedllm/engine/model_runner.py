@@ -84,8 +84,9 @@ class ModelRunner:
 
     def forward(self, step: "StepTensors") -> torch.Tensor:
         """The model over one step's device tensors: logits of step.logits_rows."""
-        hidden = self.model(step.input_ids, step.positions, self.kv_caches, step.meta, self.attention_impl)
-        return self.model.compute_logits(hidden[step.logits_rows])
+        hidden = self.model(step.input_ids, step.positions, self.kv_caches, step.meta, self.attention_impl,
+                            step.logits_rows, step.logits_meta)
+        return self.model.compute_logits(hidden)
 
     def prepare(self, seqs: list[SeqInput]) -> StepTensors:
         """All of the step's tensors, built once on the host (the layers share them), then sent in one copy."""
@@ -101,20 +102,25 @@ class ModelRunner:
         positions = torch.arange(int(meta.query_start_loc[-1]), dtype=torch.int64) + offsets
         wanted = torch.tensor([s.needs_logits for s in seqs], dtype=torch.bool)
         input_ids = torch.tensor(list(itertools.chain.from_iterable(s.token_ids for s in seqs)), dtype=torch.int64)
-        return self._to_device(StepTensors(input_ids, positions, meta, meta.query_start_loc[1:][wanted] - 1))
+        step = StepTensors(input_ids, positions, meta, meta.query_start_loc[1:][wanted] - 1)
+        if step.logits_rows.numel() < input_ids.numel():
+            step.logits_meta = meta.last_tokens([i for i, s in enumerate(seqs) if s.needs_logits])
+        return self._to_device(step)
 
     def _to_device(self, host: StepTensors) -> StepTensors:
         """One host -> device copy of every index tensor of the step (packed into one int64 buffer)."""
-        meta = host.meta
-        parts = [host.input_ids, host.positions, meta.slot_mapping, meta.block_tables.reshape(-1),
-                 meta.seq_lens, meta.query_start_loc, host.logits_rows]
-        flat = torch.cat(parts)
-        ids, positions, slots, tables, seq_lens, starts, rows = to_device(flat, self.device, "step inputs").split(
-            [p.numel() for p in parts]
-        )
-        meta = replace(meta, slot_mapping=slots, block_tables=tables.view(meta.block_tables.shape),
-                       seq_lens=seq_lens, query_start_loc=starts)
-        return StepTensors(ids, positions, meta, rows)
+        metas = [m for m in (host.meta, host.logits_meta) if m is not None]
+        parts = [host.input_ids, host.positions, host.logits_rows]
+        for meta in metas:
+            parts += [meta.slot_mapping, meta.block_tables.reshape(-1), meta.seq_lens, meta.query_start_loc]
+        pieces = iter(to_device(torch.cat(parts), self.device, "step inputs").split([p.numel() for p in parts]))
+        ids, positions, rows = next(pieces), next(pieces), next(pieces)
+        metas = [
+            replace(meta, slot_mapping=next(pieces), block_tables=next(pieces).view(meta.block_tables.shape),
+                    seq_lens=next(pieces), query_start_loc=next(pieces))
+            for meta in metas
+        ]
+        return StepTensors(ids, positions, metas[0], rows, metas[1] if len(metas) > 1 else None)
 
     def _check(self, seq: SeqInput, query_len: int) -> None:
         if query_len == 0:

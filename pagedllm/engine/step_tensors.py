@@ -21,3 +21,6 @@ class StepTensors:
     positions: torch.Tensor  # [T] int64
     meta: AttentionMetadata
     logits_rows: torch.Tensor  # [S'] int64: last new token of each sequence that needs logits
+    # Where S' < T: the last layer's attention over only those rows, each one query over its whole context
+    # (AttentionMetadata.last_tokens): the other rows' outputs feed nothing after the last layer's K/V.
+    logits_meta: AttentionMetadata | None = None

@@ -26,8 +26,18 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
 
 
 def attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata, scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    kv_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+    rows: torch.Tensor | None = None,
+    rows_meta: AttentionMetadata | None = None,
 ) -> torch.Tensor:
-    """Write the new K/V at meta.slot_mapping, then attend: q [T, H, D] -> [T, H, D] contiguous."""
+    """Write the new K/V at meta.slot_mapping, then attend: q [T, H, D] -> [T, H, D] contiguous; with `rows`,
+    only q[rows] attends, over rows_meta (meta cut to those rows) -> [len(rows), H, D]."""
     compiled_write_kv(k, v, kv_cache, meta.slot_mapping)
+    if rows is not None:
+        q, meta = q[rows], rows_meta
     return compiled_attention(q, kv_cache, meta, scale)

@@ -4,6 +4,8 @@ Parameter names equal Hugging Face's, so an HF state dict loads as is. The model
 flat run of tokens ([T]) plus an AttentionMetadata; it never sees a block table directly.
 """
 
+from typing import NamedTuple
+
 import torch
 from torch import nn
 
@@ -13,6 +15,13 @@ from pagedllm.model.config import ModelConfig
 from pagedllm.model.layers import RMSNorm, RotaryEmbedding, SwiGLUMLP, apply_rotary, fuse_linears
 from pagedllm.model.parallel import ParallelLayout, no_reduce
 from pagedllm.model.projection import Projection, can_pack
+
+
+class OutputRows(NamedTuple):
+    """The rows whose outputs are wanted after the last layer, and the attention metadata of them alone."""
+
+    index: torch.Tensor  # [S'] int64 rows of the step's tokens
+    meta: AttentionMetadata
 
 
 class Attention(nn.Module):
@@ -46,7 +55,9 @@ class Attention(nn.Module):
         kv_cache: torch.Tensor,  # [2, num_blocks, block_size, kv_heads, head_dim]
         meta: AttentionMetadata,
         attention_impl: str,
+        rows: OutputRows | None = None,
     ) -> torch.Tensor:
+        """[T, hidden] -> [T, hidden], or with `rows` the outputs of those rows only (every row's K/V written)."""
         num_tokens = x.shape[0]
         q, k, v = self.project_qkv(x)
         q = q.view(num_tokens, self.num_heads, self.head_dim)  # [T, H, D]
@@ -54,12 +65,19 @@ class Attention(nn.Module):
         v = v.reshape(num_tokens, self.num_kv_heads, self.head_dim)
         q, k = apply_rotary(q, *cos_sin), apply_rotary(k, *cos_sin)
         write_kv(k, v, kv_cache, meta.slot_mapping)
+        if rows is not None:
+            q, meta = q[rows.index], rows.meta
         out = paged_attention(q, kv_cache, meta, self.scale, impl=attention_impl)  # [T, H, D]
-        out = out.reshape(num_tokens, self.num_heads * self.head_dim)
+        out = out.reshape(q.shape[0], self.num_heads * self.head_dim)
         return self.o_proj(out) if self.out is None else self.out(out)
 
     def forward_compiled(
-        self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor], kv_cache: torch.Tensor, meta: AttentionMetadata
+        self,
+        x: torch.Tensor,
+        cos_sin: tuple[torch.Tensor, torch.Tensor],
+        kv_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        rows: OutputRows | None = None,
     ) -> torch.Tensor:
         """The compiled path: rotary in place on q/k views of the qkv output, then the paged kernels."""
         num_tokens = x.shape[0]
@@ -69,8 +87,11 @@ class Attention(nn.Module):
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
         ops.rotary(q, *cos_sin)
         ops.rotary(k, *cos_sin)
-        out = ops.attention(q, k, v, kv_cache, meta, self.scale)  # [T, H, D] contiguous
-        out = out.view(num_tokens, self.num_heads * self.head_dim)
+        if rows is None:
+            out = ops.attention(q, k, v, kv_cache, meta, self.scale)  # [T, H, D] contiguous
+        else:
+            out = ops.attention(q, k, v, kv_cache, meta, self.scale, rows.index, rows.meta)
+        out = out.view(out.shape[0], self.num_heads * self.head_dim)
         return self.o_proj(out) if self.out is None else self.out(out)
 
 
@@ -83,19 +104,24 @@ class DecoderLayer(nn.Module):
         self.mlp = SwiGLUMLP(config.hidden_size, config.intermediate_size)
         self.all_reduce = no_reduce  # tensor parallelism: the sum of the ranks' row-parallel outputs
 
-    def forward(self, x, cos_sin, kv_cache, meta, attention_impl: str) -> torch.Tensor:
-        x = x + self.all_reduce(self.self_attn(self.input_layernorm(x), cos_sin, kv_cache, meta, attention_impl))
+    def forward(self, x, cos_sin, kv_cache, meta, attention_impl: str, rows: OutputRows | None = None):
+        """[T, hidden] -> [T, hidden], or with `rows` those rows only (every row's K/V still written)."""
+        attended = self.self_attn(self.input_layernorm(x), cos_sin, kv_cache, meta, attention_impl, rows)
+        x = (x if rows is None else x[rows.index]) + self.all_reduce(attended)
         return x + self.all_reduce(self.mlp(self.post_attention_layernorm(x)))
 
     def forward_compiled(
-        self, hidden: torch.Tensor, residual: torch.Tensor, cos_sin, kv_cache, meta
-    ) -> torch.Tensor:
+        self, hidden: torch.Tensor, residual: torch.Tensor, cos_sin, kv_cache, meta, rows: OutputRows | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """hidden: the previous sublayer's output; residual: the stream so far. Both [T, hidden], updated in
-        place (residual += hidden, then hidden = norm(residual)); returns this layer's MLP output."""
+        place (residual += hidden, then hidden = norm(residual)); returns this layer's MLP output and the
+        residual stream, with `rows` of those rows only."""
         self.input_layernorm.forward_compiled(hidden, residual)
-        hidden = self.all_reduce(self.self_attn.forward_compiled(hidden, cos_sin, kv_cache, meta))
+        hidden = self.all_reduce(self.self_attn.forward_compiled(hidden, cos_sin, kv_cache, meta, rows))
+        if rows is not None:
+            residual = residual[rows.index]
         self.post_attention_layernorm.forward_compiled(hidden, residual)
-        return self.all_reduce(self.mlp.forward_compiled(hidden))
+        return self.all_reduce(self.mlp.forward_compiled(hidden)), residual
 
 
 class LlamaModel(nn.Module):
@@ -125,15 +151,24 @@ class LlamaForCausalLM(nn.Module):
         kv_caches: list[torch.Tensor],
         meta: AttentionMetadata,
         attention_impl: str = "auto",
+        output_rows: torch.Tensor | None = None,  # [S'] int64
+        output_meta: AttentionMetadata | None = None,
     ) -> torch.Tensor:
-        """Final-normed hidden states [T, hidden]; writes each layer's new K/V into kv_caches."""
+        """Final-normed hidden states [T, hidden], or of output_rows only [S', hidden]; writes each layer's new
+        K/V into kv_caches. With output_meta (meta cut to those rows, AttentionMetadata.last_tokens) the last
+        layer works on those rows alone after writing every row's K/V: the other rows' attention output and
+        MLP feed nothing."""
         x = self.embed(input_ids)  # [T, hidden]
         cos_sin = self.rotary.cos_sin(positions, x.dtype)
+        rows = None if output_rows is None or output_meta is None else OutputRows(output_rows, output_meta)
         if attention_impl == "compiled":
-            return self._forward_compiled(x, cos_sin, kv_caches, meta)
-        for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
-            x = layer(x, cos_sin, kv_cache, meta, attention_impl)
-        return self.model.norm(x)
+            x = self._forward_compiled(x, cos_sin, kv_caches, meta, rows)
+        else:
+            last = len(self.model.layers) - 1
+            for i, (layer, kv_cache) in enumerate(zip(self.model.layers, kv_caches, strict=True)):
+                x = layer(x, cos_sin, kv_cache, meta, attention_impl, rows if i == last else None)
+            x = self.model.norm(x)
+        return x if output_rows is None or rows is not None else x[output_rows]
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         """[T] -> [T, hidden]. A tensor-parallel rank looks up the ids in its vocabulary slice, zeroes the
@@ -150,12 +185,14 @@ class LlamaForCausalLM(nn.Module):
         for layer in self.model.layers:
             layer.all_reduce = layout.all_reduce
 
-    def _forward_compiled(self, x, cos_sin, kv_caches, meta) -> torch.Tensor:
+    def _forward_compiled(self, x, cos_sin, kv_caches, meta, rows: OutputRows | None) -> torch.Tensor:
         """Same maths with the compiled kernels: the residual stream is kept apart from each sublayer's
         output so that every residual add is fused into the RMSNorm that follows it."""
         residual, hidden = x, torch.zeros_like(x)  # residual += 0 leaves the embeddings as they are
-        for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
-            hidden = layer.forward_compiled(hidden, residual, cos_sin, kv_cache, meta)
+        last = len(self.model.layers) - 1
+        for i, (layer, kv_cache) in enumerate(zip(self.model.layers, kv_caches, strict=True)):
+            layer_rows = rows if i == last else None
+            hidden, residual = layer.forward_compiled(hidden, residual, cos_sin, kv_cache, meta, layer_rows)
         self.model.norm.forward_compiled(hidden, residual)
         return hidden
 

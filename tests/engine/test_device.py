@@ -81,12 +81,16 @@ def test_runner_sends_the_step_in_one_copy_with_the_values_build_gives(tiny_llam
     seqs = [SeqInput([5, 6, 7], 2, [3, 9]), SeqInput([8], 6, [1, 4]), SeqInput([9, 10], 0, [2], needs_logits=False)]
     with record_transfers() as log:
         step = runner.prepare(seqs)
-    num_tokens, num_seqs, width = 6, 3, 2
-    ints = 2 * num_tokens + num_tokens + num_seqs * width + num_seqs + num_seqs + 1 + 2  # ids, pos, slots, ...
+    num_tokens, num_seqs, width, outputs = 6, 3, 2, 2
+    ints = 2 * num_tokens + num_tokens + num_seqs * width + num_seqs + num_seqs + 1 + outputs  # ids, pos, slots, ...
+    ints += outputs + outputs * width + outputs + outputs + 1  # the last layer's metadata of the output rows
     assert [(t.direction, t.what, t.nbytes) for t in log] == [("h2d", "step inputs", 8 * ints)]
     expected = AttentionMetadata.build([s.block_table for s in seqs], [2, 6, 0], [3, 1, 2], 4)
+    expected_last = AttentionMetadata.build([s.block_table for s in seqs[:2]], [4, 6], [1, 1], 4)
     for name in ("slot_mapping", "block_tables", "seq_lens", "query_start_loc"):
         assert torch.equal(getattr(step.meta, name), getattr(expected, name)), name
+        assert torch.equal(getattr(step.logits_meta, name), getattr(expected_last, name)), name
+    assert (step.logits_meta.seq_lens_list, step.logits_meta.query_lens_list) == ([5, 7], [1, 1])
     assert step.input_ids.tolist() == [5, 6, 7, 8, 9, 10]
     assert step.positions.tolist() == [2, 3, 4, 6, 0, 1]
     assert step.logits_rows.tolist() == [2, 3]

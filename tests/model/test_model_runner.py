@@ -10,6 +10,7 @@ from pagedllm.engine.model_runner import (
     parse_memory_size,
 )
 from pagedllm.errors import InvalidInputError
+from pagedllm.kernels import build, load_cpu_kernels
 from pagedllm.model.loader import load_model
 
 
@@ -42,6 +43,61 @@ def test_only_sequences_that_need_logits_get_a_row(loaded):
     rest = runner.execute([SeqInput(prompt[4:], 4, [4, 2])])
     assert first.shape == (1, loaded[1].vocab_size) and first.dtype == torch.float32
     torch.testing.assert_close(rest, full, atol=1e-5, rtol=0)  # chunked prefill == one-shot prefill
+
+
+def _require_impl(impl: str) -> None:
+    """Skip the compiled path only where no compiler exists (a failed build is a failure)."""
+    if impl == "compiled":
+        if build.compiler() is None:
+            pytest.skip("no C++ compiler: the compiled kernels cannot exist here")
+        assert load_cpu_kernels() is not None, "a C++ compiler is present but the kernels did not build"
+
+
+def _run_last_layer_both_ways(loaded, impl: str, seqs: list[SeqInput]):
+    """The step's output rows from the model cut to them in the last layer, and from the whole model indexed
+    after it, each on its own KV pool; with both pools after the step."""
+    model, config = loaded
+    cut, whole = (ModelRunner(model, config, num_blocks=32, block_size=4, dtype=torch.float32, attention_impl=impl)
+                  for _ in range(2))
+    step = cut.prepare(seqs)
+    with torch.inference_mode():
+        rows = model(step.input_ids, step.positions, cut.kv_caches, step.meta, cut.attention_impl,
+                     step.logits_rows, step.logits_meta)
+        every = model(step.input_ids, step.positions, whole.kv_caches, step.meta, whole.attention_impl)
+    return rows, every[step.logits_rows], cut.kv_caches, whole.kv_caches
+
+
+@pytest.mark.parametrize("impl", ["reference", "fast", "compiled"])
+def test_last_layer_works_on_the_output_rows_only(loaded, impl):
+    _require_impl(impl)
+    seqs = [
+        SeqInput([7, 8, 9, 10, 11], 0, [3, 4]),  # a whole prompt
+        SeqInput([1, 2, 3, 4], 0, [9, 5], needs_logits=False),  # a chunk that is not its prompt's last
+        SeqInput([4, 5], 6, [0, 1]),  # a chunk over a cached prefix
+        SeqInput([6], 3, [12]),  # a decode
+    ]
+    step = _runner(loaded).prepare(seqs)
+    assert step.logits_meta.query_lens_list == [1, 1, 1] and step.logits_meta.seq_lens_list == [5, 8, 4]
+    rows, expected, cut_caches, whole_caches = _run_last_layer_both_ways(loaded, impl, seqs)
+    assert rows.shape == (3, loaded[1].hidden_size)
+    torch.testing.assert_close(rows, expected, atol=1e-5, rtol=1e-5)
+    for cut, whole in zip(cut_caches, whole_caches, strict=True):  # every row's K/V, the last layer's too
+        torch.testing.assert_close(cut, whole, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("impl", ["reference", "compiled"])
+def test_a_step_without_output_rows_still_writes_every_layers_kv(loaded, impl):
+    _require_impl(impl)
+    seqs = [SeqInput([1, 2, 3, 4, 5], 0, [9, 5], needs_logits=False)]
+    rows, expected, cut_caches, whole_caches = _run_last_layer_both_ways(loaded, impl, seqs)
+    assert rows.shape == expected.shape == (0, loaded[1].hidden_size)
+    for cut, whole in zip(cut_caches, whole_caches, strict=True):
+        torch.testing.assert_close(cut, whole, atol=1e-6, rtol=0)
+
+
+def test_decode_steps_need_no_cut(loaded):
+    step = _runner(loaded).prepare([SeqInput([6], 3, [12]), SeqInput([9], 7, [1, 2])])
+    assert step.logits_meta is None and step.logits_rows.tolist() == [0, 1]
 
 
 def test_copied_block_continues_like_the_original(loaded):
