@@ -7,11 +7,12 @@
 // registers; with AVX2, 6 rows x 16 columns in 12 of its 16. Per panel row, the panel's vectors are loaded
 // once and each x value (bfloat16: pair of values) is broadcast into one FMA per vector (bfloat16: pair dot
 // products). A decode step streams all of the weights from memory for a few dozen rows, so while a thread
-// works on one panel it prefetches the next one it will take (claimed as it starts the last of its two), a
-// line or three per panel row: the memory reads overlap the arithmetic. oneDNN's prepacked matmul does
-// not, and at 1-64 rows this runs 1.2-1.9x faster than it, at about the same speed from 1024 rows up
-// (docs/models.md). A gated weight (an MLP's [gate; up]) is packed with half a panel of gate columns and
-// the matching up columns in each panel, and its tiles are stored as silu(gate) * up.
+// works on one panel it prefetches the next one it will take (claimed as it starts the last of its two),
+// its lines shared out over the panel's row tiles (a prefill's first tile requests them all): the memory
+// reads overlap the arithmetic. oneDNN's prepacked matmul does not, and at 1-64 rows this runs 1.2-1.9x
+// faster than it, at about the same speed from 1024 rows up (docs/models.md). A gated weight (an MLP's
+// [gate; up]) is packed with half a panel of gate columns and the matching up columns in each panel, and its
+// tiles are stored as silu(gate) * up.
 #include "linear.h"
 
 #include <algorithm>
@@ -76,6 +77,10 @@ constexpr int64_t kRowChunk = 512;   // rows per pass over the weights (more: x 
 constexpr int64_t kClaimPanels = 2;
 constexpr int64_t kRowBlock = 128;
 constexpr int64_t kPanelRowBytes = kPanelCols * 4;  // float32 or bfloat16 pairs alike
+// Up to this many row tiles per panel (64 rows with AVX-512) share the next panel's prefetch, a line or so per
+// step of each: all in the first tile, the reads came in a burst and the other tiles ran with the memory idle
+// (37 rows: +10% on a Xeon). With more tiles (a prefill's items) sharing it measured slower (512 rows -4%).
+constexpr int64_t kSpreadTiles = 8;
 
 // The register type of one panel vector (kLanes floats) and the few operations the tiles use on it.
 #if defined(__AVX512F__)
@@ -134,9 +139,28 @@ inline void split_gated(const Reg (&acc)[kPanelVecs], Reg (&gate)[kGatedVecs], R
 }
 #endif
 
-void prefetch_row(const void* next, int64_t i) {
-  const char* line = static_cast<const char*>(next) + i * kPanelRowBytes;
-  for (int64_t c = 0; c < kPanelRowBytes; c += 64) _mm_prefetch(line + c, _MM_HINT_T1);
+// A tile's share of the next panel: `lines` cache lines from `begin`, requested into L2 `per_step` at a time,
+// one request per step of its multiply until they are done.
+struct Share {
+  const char* begin = nullptr;
+  int64_t lines = 0;
+  int64_t per_step = 1;
+};
+
+inline void prefetch_share(const Share& share, int64_t i) {
+  if (i * share.per_step >= share.lines) return;
+  for (int64_t l = 0; l < share.per_step; ++l) _mm_prefetch(share.begin + (i * share.per_step + l) * 64, _MM_HINT_T1);
+}
+
+// Tile t's share of the next panel (null: none) when `tiles` tiles over k inputs multiply the current one.
+template <typename T>
+Share share_of_next(const T* next, int64_t k, int64_t tiles, int64_t t) {
+  const int64_t steps = panel_rows<T>(k), total = steps * kPanelRowBytes / 64;
+  const int64_t sharing = tiles <= kSpreadTiles ? tiles : 1;
+  const int64_t per_tile = (total + sharing - 1) / sharing;
+  if (next == nullptr || t >= sharing) return {};
+  return {reinterpret_cast<const char*>(next) + t * per_tile * 64, std::min(per_tile, total - t * per_tile),
+          (per_tile + steps - 1) / steps};
 }
 
 // float32: acc[r] += x[r, i] * panel row i, over the k panel rows.
@@ -147,14 +171,14 @@ struct F32 {
   static void store(float* y, Reg v) { reg_store(y, v); }
   static void store(float* y, Mask mask, Reg v) { reg_store_masked(y, mask, v); }
 
-  // With kPrefetch the lines of `next` are requested too (two loops rather than a test per step: the loop
-  // needs every register).
+  // With kPrefetch this tile's share of the next panel is requested too (two loops rather than a test per
+  // step: the loop needs every register).
   template <int kRows, bool kPrefetch>
-  static void multiply(const float* x, int64_t k, const float* panel, const float* next,
+  static void multiply(const float* x, int64_t k, const float* panel, const Share& next,
                        Reg (&acc)[kRows][kPanelVecs]) {
     for (int64_t i = 0; i < k; ++i) {
       const float* w = panel + i * kPanelCols;
-      if (kPrefetch) prefetch_row(next, i);
+      if (kPrefetch) prefetch_share(next, i);
       Reg row[kPanelVecs];
       for (int c = 0; c < kPanelVecs; ++c) row[c] = reg_load(w + kLanes * c);
       for (int r = 0; r < kRows; ++r) {
@@ -182,11 +206,11 @@ struct BF16 {
   }
 
   template <int kRows, bool kPrefetch>
-  static void multiply(const bf16_t* x, int64_t k, const bf16_t* panel, const bf16_t* next,
+  static void multiply(const bf16_t* x, int64_t k, const bf16_t* panel, const Share& next,
                        __m512 (&acc)[kRows][kPanelVecs]) {
     for (int64_t i = 0; i < k / 2; ++i) {
       const bf16_t* w = panel + i * 2 * kPanelCols;
-      if (kPrefetch) prefetch_row(next, i);
+      if (kPrefetch) prefetch_share(next, i);
       const __m512bh w0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(w));
       const __m512bh w1 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(w + 32));
       const __m512bh w2 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(w + 64));
@@ -210,12 +234,12 @@ struct BF16Widened : BF16 {
   using X = float;
 
   template <int kRows, bool kPrefetch>
-  static void multiply(const float* x, int64_t k, const bf16_t* panel, const bf16_t* next,
+  static void multiply(const float* x, int64_t k, const bf16_t* panel, const Share& next,
                        __m512 (&acc)[kRows][kPanelVecs]) {
     const __m512i upper = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
     for (int64_t i = 0; i < k / 2; ++i) {
       const bf16_t* w = panel + i * 2 * kPanelCols;
-      if (kPrefetch) prefetch_row(next, i);
+      if (kPrefetch) prefetch_share(next, i);
       __m512 even[kPanelVecs], odd[kPanelVecs];
       for (int c = 0; c < kPanelVecs; ++c) {
         const __m512i pairs = _mm512_loadu_si512(w + 2 * kLanes * c);
@@ -284,9 +308,9 @@ __attribute__((always_inline)) inline void store_row(typename Op::T* y, int64_t 
 }
 
 // y[r, 0 .. cols) for kRows rows (x rows k apart, y rows ldy apart): x[r] . panel + start, or for a gated
-// panel silu(gate) * up of that. `next`: the panel this thread reads after this one, or null.
+// panel silu(gate) * up of that. `next`: this tile's share of the panel this thread reads after this one.
 template <typename Op, int kRows>
-void tile(const typename Op::X* x, int64_t k, const typename Op::T* panel, const typename Op::T* next,
+void tile(const typename Op::X* x, int64_t k, const typename Op::T* panel, const Share& next,
           const Reg (&start)[kPanelVecs], bool gated, int64_t cols, typename Op::T* y, int64_t ldy) {
   Reg acc[kRows][kPanelVecs];
   // unrolled: as loops, GCC turns a zero start into a call to memset (~1% of a decode step)
@@ -294,17 +318,17 @@ void tile(const typename Op::X* x, int64_t k, const typename Op::T* panel, const
   for (int c = 0; c < kPanelVecs; ++c)
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) acc[r][c] = start[c];
-  if (next != nullptr)
+  if (next.lines > 0)
     Op::template multiply<kRows, true>(x, k, panel, next, acc);
   else
-    Op::template multiply<kRows, false>(x, k, panel, nullptr, acc);
+    Op::template multiply<kRows, false>(x, k, panel, next, acc);
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) store_row<Op>(y + r * ldy, cols, gated, acc[r]);
 }
 
 template <typename Op, typename T = typename Op::T>
-using TileFn = void (*)(const typename Op::X*, int64_t, const T*, const T*, const Reg (&)[kPanelVecs], bool, int64_t,
-                        T*, int64_t);
+using TileFn = void (*)(const typename Op::X*, int64_t, const T*, const Share&, const Reg (&)[kPanelVecs], bool,
+                        int64_t, T*, int64_t);
 
 // fns[r] = tile<Op, r> for r = 1 .. kTileRows.
 template <typename Op, typename Rows = std::make_integer_sequence<int, kTileRows + 1>>
@@ -342,7 +366,8 @@ void run(const typename Op::X* x, int64_t m, int64_t k, const typename Op::T* pa
         const int64_t count_tiles = (rows + kTileRows - 1) / kTileRows;
         for (int64_t t = 0, r = first; t < count_tiles; ++t) {
           const int64_t size = rows / count_tiles + (t < rows % count_tiles ? 1 : 0);
-          tiles[size](x + r * k, k, panel, r == first ? next : nullptr, start, gated, cols, y + r * n + p * outputs, n);
+          tiles[size](x + r * k, k, panel, share_of_next(next, k, count_tiles, t), start, gated, cols,
+                      y + r * n + p * outputs, n);
           r += size;
         }
       }
@@ -385,7 +410,7 @@ template <typename Op>
 double time_tiles(const typename Op::X* x, int64_t k, const bf16_t* panel, bf16_t* y, int reps) {
   const Reg start[kPanelVecs] = {};
   const auto begin = std::chrono::steady_clock::now();
-  for (int i = 0; i < reps; ++i) tile<Op, kTileRows>(x, k, panel, nullptr, start, false, kPanelCols, y, kPanelCols);
+  for (int i = 0; i < reps; ++i) tile<Op, kTileRows>(x, k, panel, Share{}, start, false, kPanelCols, y, kPanelCols);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
 }
 
