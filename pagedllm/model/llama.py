@@ -164,11 +164,16 @@ class LlamaForCausalLM(nn.Module):
         if attention_impl == "compiled":
             x = self._forward_compiled(x, cos_sin, kv_caches, meta, rows)
         else:
-            last = len(self.model.layers) - 1
-            for i, (layer, kv_cache) in enumerate(zip(self.model.layers, kv_caches, strict=True)):
-                x = layer(x, cos_sin, kv_cache, meta, attention_impl, rows if i == last else None)
+            for layer, kv_cache, layer_rows in zip(self.model.layers, kv_caches, self._layer_rows(rows), strict=True):
+                x = layer(x, cos_sin, kv_cache, meta, attention_impl, layer_rows)
             x = self.model.norm(x)
-        return x if output_rows is None or rows is not None else x[output_rows]
+        if rows is None and output_rows is not None:  # the whole last layer ran
+            x = x[output_rows]
+        return x
+
+    def _layer_rows(self, rows: OutputRows | None) -> list[OutputRows | None]:
+        """Per layer, the rows it works on alone: `rows` for the last layer, every row for the others."""
+        return [None] * (len(self.model.layers) - 1) + [rows]
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         """[T] -> [T, hidden]. A tensor-parallel rank looks up the ids in its vocabulary slice, zeroes the
@@ -189,9 +194,7 @@ class LlamaForCausalLM(nn.Module):
         """Same maths with the compiled kernels: the residual stream is kept apart from each sublayer's
         output so that every residual add is fused into the RMSNorm that follows it."""
         residual, hidden = x, torch.zeros_like(x)  # residual += 0 leaves the embeddings as they are
-        last = len(self.model.layers) - 1
-        for i, (layer, kv_cache) in enumerate(zip(self.model.layers, kv_caches, strict=True)):
-            layer_rows = rows if i == last else None
+        for layer, kv_cache, layer_rows in zip(self.model.layers, kv_caches, self._layer_rows(rows), strict=True):
             hidden, residual = layer.forward_compiled(hidden, residual, cos_sin, kv_cache, meta, layer_rows)
         self.model.norm.forward_compiled(hidden, residual)
         return hidden
