@@ -9,9 +9,9 @@ import torch
 
 from attn_helpers import Batch, dense_attention, make_batch
 from bf16_paths import BF16_PATHS, bf16_matmul_path
+from compiled_kernels import require_compiled_kernels
 from pagedllm.attention import AttentionMetadata, allocate_kv_caches, paged_attention, write_kv
 from pagedllm.attention.compiled import compiled_attention
-from pagedllm.kernels import build, load_cpu_kernels
 
 F32_TOL = dict(rtol=1e-5, atol=1e-5)
 BF16_TOL = dict(rtol=1e-2, atol=1e-2)
@@ -19,10 +19,7 @@ BF16_TOL = dict(rtol=1e-2, atol=1e-2)
 
 @pytest.fixture(autouse=True, scope="module")
 def require_kernels() -> None:
-    """Skip only where the machine has no compiler; a compiler that fails to build them is a failure."""
-    if build.compiler() is None:
-        pytest.skip("no C++ compiler: the compiled kernels cannot exist here (tests/engine/test_kernel_fallback.py)")
-    assert load_cpu_kernels() is not None, "a C++ compiler is present but the kernels did not build (see the log)"
+    require_compiled_kernels()
 
 
 def mixed_specs(seed: int, max_cached: int = 300) -> list[tuple[int, int]]:

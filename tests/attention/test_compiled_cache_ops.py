@@ -3,20 +3,17 @@ on the strided views the model passes, and their bounds checks (a bad slot or bl
 
 import pytest
 import torch
+from compiled_kernels import require_compiled_kernels
 
 from pagedllm.attention import allocate_kv_caches, copy_blocks, write_kv
 from pagedllm.attention.compiled import compiled_copy_blocks, compiled_write_kv
-from pagedllm.kernels import build, load_cpu_kernels
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 6, 2, 64
 
 
 @pytest.fixture(autouse=True, scope="module")
 def require_kernels() -> None:
-    """Skip only where the machine has no compiler; a compiler that fails to build them is a failure."""
-    if build.compiler() is None:
-        pytest.skip("no C++ compiler: the compiled kernels cannot exist here (tests/engine/test_kernel_fallback.py)")
-    assert load_cpu_kernels() is not None, "a C++ compiler is present but the kernels did not build (see the log)"
+    require_compiled_kernels()
 
 
 def noisy_cache(num_blocks: int, block_size: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:

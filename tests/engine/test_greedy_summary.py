@@ -3,10 +3,10 @@ torch's, and the sampler's results with it against the same results without it."
 
 import pytest
 import torch
+from compiled_kernels import require_compiled_kernels
 
 from pagedllm.engine import sampler
 from pagedllm.engine.sampler import SamplingRow, make_generator, sample
-from pagedllm.kernels import build, load_cpu_kernels
 from pagedllm.sampling_params import SamplingParams
 
 INF, NAN = float("inf"), float("nan")
@@ -14,12 +14,7 @@ INF, NAN = float("inf"), float("nan")
 
 @pytest.fixture(scope="module")
 def kernels():
-    """Skip only where the machine has no compiler; a compiler that fails to build them is a failure."""
-    if build.compiler() is None:
-        pytest.skip("no C++ compiler: the compiled kernels cannot exist here (tests/engine/test_kernel_fallback.py)")
-    module = load_cpu_kernels()
-    assert module is not None, "a C++ compiler is present but the kernels did not build (see the log)"
-    return module
+    return require_compiled_kernels()
 
 
 def logits(rows: int, vocab: int, seed: int = 0) -> torch.Tensor:

@@ -4,11 +4,11 @@ compiled path against the reference path through ModelRunner (logits per step, g
 import pytest
 import torch
 import torch.nn.functional as F
+from compiled_kernels import require_compiled_kernels
 from greedy import greedy_paged
 from tiny import save_tiny_dir
 
 from pagedllm.engine.model_runner import ModelRunner, SeqInput
-from pagedllm.kernels import build, load_cpu_kernels
 from pagedllm.model import compiled_ops
 from pagedllm.model.config import ModelConfig
 from pagedllm.model.layers import RMSNorm, RotaryEmbedding, apply_rotary
@@ -19,10 +19,7 @@ BF16_TOL = dict(rtol=1.6e-2, atol=2e-2)
 
 @pytest.fixture(autouse=True, scope="module")
 def require_kernels() -> None:
-    """Skip only where the machine has no compiler; a compiler that fails to build them is a failure."""
-    if build.compiler() is None:
-        pytest.skip("no C++ compiler: the compiled kernels cannot exist here (tests/engine/test_kernel_fallback.py)")
-    assert load_cpu_kernels() is not None, "a C++ compiler is present but the kernels did not build (see the log)"
+    require_compiled_kernels()
 
 
 def randn(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 0) -> torch.Tensor:
