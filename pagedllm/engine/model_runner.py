@@ -100,11 +100,12 @@ class ModelRunner:
         # position of token j of sequence i = num_cached_i + (j - start_i)
         offsets = torch.repeat_interleave(torch.tensor(num_cached, dtype=torch.int64) - starts, lens)
         positions = torch.arange(int(meta.query_start_loc[-1]), dtype=torch.int64) + offsets
-        wanted = torch.tensor([s.needs_logits for s in seqs], dtype=torch.bool)
+        sampled = [i for i, s in enumerate(seqs) if s.needs_logits]
         input_ids = torch.tensor(list(itertools.chain.from_iterable(s.token_ids for s in seqs)), dtype=torch.int64)
-        step = StepTensors(input_ids, positions, meta, meta.query_start_loc[1:][wanted] - 1)
-        if step.logits_rows.numel() < input_ids.numel():
-            step.logits_meta = meta.last_tokens([i for i, s in enumerate(seqs) if s.needs_logits])
+        logits_rows = meta.query_start_loc[torch.tensor(sampled, dtype=torch.int64) + 1] - 1
+        step = StepTensors(input_ids, positions, meta, logits_rows)
+        if len(sampled) < input_ids.numel():
+            step.logits_meta = meta.last_tokens(sampled)
         return self._to_device(step)
 
     def _to_device(self, host: StepTensors) -> StepTensors:
