@@ -252,10 +252,10 @@ template <typename T>
 using line_vector = std::vector<T, LineAligned<T>>;
 
 struct Scratch {
-  line_vector<float> q_rows;    // [rows][dim], scaled
+  line_vector<float> q_rows;    // [padded rows][dim], scaled
   line_vector<float> q_lanes;   // [dim][padded rows]: the same, rows in vector lanes
   line_vector<float> scores;    // scores, then probabilities: [key][padded rows], or [row][copy key] for few rows
-  line_vector<float> acc;       // [rows][dim]: unnormalised output
+  line_vector<float> acc;       // [padded rows][dim]: unnormalised output
   line_vector<float> acc_lanes; // [dim][padded rows]: the same while many rows are worked on, rows in lanes
   // pair dot products (bfloat16): query pairs [dim / 2][padded rows], unscaled; probability pairs of
   // consecutive keys [key / 2][padded rows]; value pairs of consecutive keys [key / 2][dim]
@@ -267,10 +267,10 @@ struct Scratch {
 
   void resize(int64_t rows, int64_t padded, int64_t dim, int64_t copy_bytes) {
     kv_copy.resize(copy_bytes);
-    q_rows.resize(rows * dim);
+    q_rows.resize(padded * dim);  // padded: the many-row loops transpose whole blocks of kLanes rows
     q_lanes.resize(dim * padded);
     scores.resize(std::max(kLaneKeys * padded, kLanes / 2 * kCopyKeys));
-    acc.resize(rows * dim);
+    acc.resize(padded * dim);
     acc_lanes.resize(dim * padded);
     q_pairs.resize(dim / 2 * padded);
     p_pairs.resize(kLaneKeys / 2 * padded);
@@ -380,7 +380,7 @@ class Kernel {
         accumulate(s, first, num_rows, n);
       }
     }
-    if (lanes) rows_from_lanes(s, num_rows, width);
+    if (lanes) rows_from_lanes(s, width);
     if (part.slot < 0) {
       write_rows(t, s.acc.data(), s.l.data(), num_rows);
       return;
@@ -422,8 +422,10 @@ class Kernel {
         std::fill(s.q_pairs.begin() + d / 2 * width + num_rows, s.q_pairs.begin() + (d / 2 + 1) * width, 0u);
       return;
     }
-    for (int64_t d = 0; d < kDim; ++d)
-      for (int64_t r = 0; r < width; ++r) s.q_lanes[d * width + r] = r < num_rows ? s.q_rows[r * kDim + d] : 0.0f;
+    std::fill(s.q_rows.begin() + num_rows * kDim, s.q_rows.begin() + width * kDim, 0.0f);
+    for (int64_t r = 0; r < width; r += kLanes)
+      for (int64_t d = 0; d < kDim; d += kLanes)
+        transpose_block(s.q_rows.data() + r * kDim + d, kDim, s.q_lanes.data() + d * width + r, width);
   }
 
   // K row of position pos; V is value_offset_ further. Positions walk blocks without a division per key.
@@ -755,9 +757,10 @@ class Kernel {
     }
   }
 
-  static void rows_from_lanes(Scratch& s, int64_t num_rows, int64_t width) {
-    for (int64_t r = 0; r < num_rows; ++r)
-      for (int64_t d = 0; d < kDim; ++d) s.acc[r * kDim + d] = s.acc_lanes[d * width + r];
+  static void rows_from_lanes(Scratch& s, int64_t width) {
+    for (int64_t d = 0; d < kDim; d += kLanes)
+      for (int64_t r = 0; r < width; r += kLanes)
+        transpose_block(s.acc_lanes.data() + d * width + r, width, s.acc.data() + r * kDim + d, kDim);
   }
 
   // rows [first, first + num_rows) of the scratch into one tile's partial; per row: acc [dim], then m, then l

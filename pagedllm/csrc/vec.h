@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -162,6 +163,43 @@ inline fvec transpose_sums(const fvec* x) {
          __builtin_shufflevector(u[0], u[1], 1, 3, 5, 7, 9, 11, 13, 15);
 }
 #endif
+
+// A kLanes x kLanes block transposed in registers: x[i] lane j <- x[j] lane i. Stage h (kLanes / 2, ..., 1)
+// swaps the off-diagonal h x h blocks of every 2h x 2h block: log2(kLanes) stages of kLanes two-vector shuffles,
+// where a scalar transpose takes kLanes^2 loads and stores.
+template <int kHalf, bool kUpperRow, int... kLane>
+inline fvec swap_off_diagonal(fvec a, fvec b, std::integer_sequence<int, kLane...>) {
+  if constexpr (kUpperRow)  // row i: keeps its left half, takes row i + h's left half as its right half
+    return __builtin_shufflevector(a, b, ((kLane & kHalf) ? kLanes + kLane - kHalf : kLane)...);
+  else  // row i + h: takes row i's right half as its left half, keeps its right half
+    return __builtin_shufflevector(a, b, ((kLane & kHalf) ? kLanes + kLane : kLane + kHalf)...);
+}
+
+template <int kHalf>
+inline void transpose_stage(fvec (&x)[kLanes]) {
+  constexpr auto lanes = std::make_integer_sequence<int, kLanes>{};
+  for (int i = 0; i < kLanes; ++i)
+    if ((i & kHalf) == 0) {
+      const fvec a = x[i], b = x[i + kHalf];
+      x[i] = swap_off_diagonal<kHalf, true>(a, b, lanes);
+      x[i + kHalf] = swap_off_diagonal<kHalf, false>(a, b, lanes);
+    }
+}
+
+inline void transpose(fvec (&x)[kLanes]) {
+  if constexpr (kLanes == 16) transpose_stage<8>(x);
+  transpose_stage<4>(x);
+  transpose_stage<2>(x);
+  transpose_stage<1>(x);
+}
+
+// dst rows [0, kLanes) (dst_stride apart) <- the transpose of the kLanes x kLanes block at src (src_stride apart).
+inline void transpose_block(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+  fvec x[kLanes];
+  for (int i = 0; i < kLanes; ++i) x[i] = loadv(src + i * src_stride);
+  transpose(x);
+  for (int i = 0; i < kLanes; ++i) storev(dst + i * dst_stride, x[i]);
+}
 
 // e^x within ~2 float ulps for x in [-87, 88]; exactly 0 below -87 (so a masked score of -inf weighs 0).
 // e^x = 2^n * e^f with n = round(x / ln 2) and |f| <= ln(2) / 2, e^f by its degree-7 Taylor polynomial.
