@@ -2,6 +2,7 @@
 # pagedllm vs vLLM (CPU build) vs transformers on the same requests, offline and served.
 # Not part of the tests: it installs vLLM in .venv-peers and runs for a long while.
 #   OUT=out/peers WORKLOADS="mixed shared-prefix parallel-sampling" DTYPES="float32" SERVED=1 scripts/bench_peers.sh
+#   OFFLINE_REPEATS=3 ...: each engine's offline run three times, in turn; the table gives the medians
 # Results: $OUT/<dtype>/<workload>/*.json, the table in $OUT/comparison.{md,json}.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +15,7 @@ NUM_REQUESTS=${NUM_REQUESTS:-None}  # None: each workload's default
 RUN_TIMEOUT=${RUN_TIMEOUT:-1800}  # seconds any one run may take
 HF_BASELINE=${HF_BASELINE:-1}
 SERVED=${SERVED:-1}  # 0: offline runs only
+OFFLINE_REPEATS=${OFFLINE_REPEATS:-1}  # offline runs of each engine, alternating; the table takes each one's median
 MAX_MODEL_LEN=${MAX_MODEL_LEN:-2048}
 BIN=.venv/bin
 PEERS=.venv-peers
@@ -115,11 +117,15 @@ s(b(S('$workload', $NUM_REQUESTS, $SEED, max_model_len=$MAX_MODEL_LEN)), '$DIR/w
     baseline=(); [ "$HF_BASELINE" = 1 ] && baseline=(--baseline hf)
     # n > 1 requests go unseeded, to both engines alike: vLLM 0.32's CPU sampler crashes its engine
     # ("CPU Generator does not use offset") when a seeded request's prefill is chunked
-    run pagedllm-offline $BIN/pagedllm bench throughput --workload "$DIR/workload.jsonl" --dtype "$dtype" \
-      --seed "$SEED" --no-sample-seeds "${baseline[@]}" --no-progress --json "$DIR/pagedllm-offline.json"
-    run vllm-offline "${VLLM_ENV[@]}" "$PEERS/bin/python" pagedllm/bench/peers/vllm_offline.py --model "$MODEL_DIR" \
-      --workload "$DIR/workload.jsonl" --dtype "$dtype" --seed "$SEED" --no-sample-seeds \
-      --max-model-len "$MAX_MODEL_LEN" --json "$DIR/vllm-offline.json"
+    # pagedllm, vLLM, pagedllm, vLLM, ...: a slow spell of the shared machine falls on both engines alike
+    for i in $(seq 1 "$OFFLINE_REPEATS"); do
+      suffix=""; [ "$i" -gt 1 ] && suffix="-$i" && baseline=()  # transformers once, in the first run
+      run pagedllm-offline$suffix $BIN/pagedllm bench throughput --workload "$DIR/workload.jsonl" --dtype "$dtype" \
+        --seed "$SEED" --no-sample-seeds "${baseline[@]}" --no-progress --json "$DIR/pagedllm-offline$suffix.json"
+      run vllm-offline$suffix "${VLLM_ENV[@]}" "$PEERS/bin/python" pagedllm/bench/peers/vllm_offline.py \
+        --model "$MODEL_DIR" --workload "$DIR/workload.jsonl" --dtype "$dtype" --seed "$SEED" --no-sample-seeds \
+        --max-model-len "$MAX_MODEL_LEN" --json "$DIR/vllm-offline$suffix.json"
+    done
     [ "$SERVED" = 1 ] || continue
     run pagedllm-serve $BIN/pagedllm bench serve --workload "$DIR/workload.jsonl" --dtype "$dtype" \
       --seed "$SEED" --no-sample-seeds --timeout "$RUN_TIMEOUT" --json "$DIR/pagedllm-serve.json"

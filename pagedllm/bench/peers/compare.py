@@ -3,6 +3,8 @@
 Reads the results scripts/bench_peers.sh leaves under OUT/<dtype>/<workload>/:
   pagedllm-offline.json  `pagedllm bench throughput --baseline hf` (runs[0] pagedllm, runs[1] transformers)
   vllm-offline.json      pagedllm/bench/peers/vllm_offline.py
+  pagedllm-offline-2.json, vllm-offline-2.json, ...: further offline runs (OFFLINE_REPEATS), taken in turn;
+                         the offline columns give each engine's median
   pagedllm-serve.json    `pagedllm bench serve` against a `pagedllm serve` it started
   vllm-serve.json        `pagedllm bench serve --base-url` against `vllm serve`
 <name>.err (the failure's last log lines) for a run that failed, and <name>.load (the 1-minute load
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,16 +36,26 @@ def _error(run_dir: Path, name: str) -> str | None:
     return err.read_text().strip().splitlines()[-1][:300] if err.is_file() and err.read_text().strip() else None
 
 
-def offline_rates(run_dir: Path) -> dict[str, float | None]:
-    """Output tokens/s of each engine run offline (every request at once)."""
-    ours, vllm = _load(run_dir / "pagedllm-offline.json"), _load(run_dir / "vllm-offline.json")
-    runs = ours["runs"] if ours else []
-    hf = [r for r in runs if "transformers" in r["label"].lower()]
+def _repeats(run_dir: Path, name: str) -> list[Path]:
+    """NAME.json, then NAME-2.json, NAME-3.json ... (bench_peers.sh's OFFLINE_REPEATS), those that exist."""
+    numbered = {int(p.stem[len(name) + 1:]): p for p in run_dir.glob(f"{name}-*.json") if p.stem[len(name) + 1:].isdigit()}
+    return [p for p in [run_dir / f"{name}.json", *(numbered[i] for i in sorted(numbered))] if p.is_file()]
+
+
+def offline_runs(run_dir: Path) -> dict[str, list[float]]:
+    """Output tokens/s of every offline run of each engine (every request at once), in the order they ran."""
+    ours = [_load(p) for p in _repeats(run_dir, "pagedllm-offline")]
+    hf = [r for report in ours for r in report["runs"] if "transformers" in r["label"].lower()]
     return {
-        "pagedllm": runs[0]["output_tokens_per_s"] if runs else None,
-        "vLLM": vllm["output_tokens_per_s"] if vllm else None,
-        "transformers": hf[0]["output_tokens_per_s"] if hf else None,
+        "pagedllm": [report["runs"][0]["output_tokens_per_s"] for report in ours if report["runs"]],
+        "vLLM": [_load(p)["output_tokens_per_s"] for p in _repeats(run_dir, "vllm-offline")],
+        "transformers": [r["output_tokens_per_s"] for r in hf],
     }
+
+
+def offline_rates(run_dir: Path) -> dict[str, float | None]:
+    """Each engine's median output tokens/s over its offline runs (one run: that run's)."""
+    return {engine: statistics.median(rates) if rates else None for engine, rates in offline_runs(run_dir).items()}
 
 
 def served_metrics(run_dir: Path) -> dict[str, dict[str, Any] | None]:
@@ -72,7 +85,7 @@ def collect(out_dir: Path) -> list[dict[str, Any]]:
         entries.append({
             "dtype": run_dir.parent.name, "workload": run_dir.name,
             "workload_stats": _workload_stats(run_dir / "workload.jsonl"),
-            "offline_output_tokens_per_s": offline, "served": served,
+            "offline_output_tokens_per_s": offline, "offline_runs": offline_runs(run_dir), "served": served,
             "ratios": {"offline pagedllm / vLLM": _ratio(offline["pagedllm"], offline["vLLM"]),
                        "offline pagedllm / transformers": _ratio(offline["pagedllm"], offline["transformers"]),
                        "served pagedllm / vLLM": _ratio(serve_rate["pagedllm"], serve_rate["vLLM"])},
@@ -139,7 +152,12 @@ def served_table(entries: list[dict[str, Any]]) -> list[str]:
 
 
 def render_markdown(entries: list[dict[str, Any]]) -> str:
+    repeats = [f"- {e['workload']} {e['dtype']}: offline runs in turn, pagedllm "
+               f"{', '.join(_f(x) for x in e['offline_runs']['pagedllm'])}; vLLM "
+               f"{', '.join(_f(x) for x in e['offline_runs']['vLLM'])} (the table: medians)"
+               for e in entries if max(len(e["offline_runs"]["pagedllm"]), len(e["offline_runs"]["vLLM"])) > 1]
     lines = ["Offline (every request at once), output tokens/s:", "", *offline_table(entries), "",
+             *(repeats + [""] if repeats else []),
              "Served (`pagedllm bench serve`, streaming /v1/completions, all requests at once):", "",
              *served_table(entries), ""]
     ratios = [f"- {e['workload']} {e['dtype']}: served pagedllm / vLLM output tok/s "
