@@ -38,7 +38,10 @@ def _error(run_dir: Path, name: str) -> str | None:
 
 def _repeats(run_dir: Path, name: str) -> list[Path]:
     """NAME.json, then NAME-2.json, NAME-3.json ... (bench_peers.sh's OFFLINE_REPEATS), those that exist."""
-    numbered = {int(p.stem[len(name) + 1:]): p for p in run_dir.glob(f"{name}-*.json") if p.stem[len(name) + 1:].isdigit()}
+    numbered = {}
+    for path in run_dir.glob(f"{name}-*.json"):
+        if (index := path.stem[len(name) + 1:]).isdigit():
+            numbered[int(index)] = path
     return [p for p in [run_dir / f"{name}.json", *(numbered[i] for i in sorted(numbered))] if p.is_file()]
 
 
