@@ -56,9 +56,9 @@ def offline_runs(run_dir: Path) -> dict[str, list[float]]:
     }
 
 
-def offline_rates(run_dir: Path) -> dict[str, float | None]:
+def medians(runs: dict[str, list[float]]) -> dict[str, float | None]:
     """Each engine's median output tokens/s over its offline runs (one run: that run's)."""
-    return {engine: statistics.median(rates) if rates else None for engine, rates in offline_runs(run_dir).items()}
+    return {engine: statistics.median(rates) if rates else None for engine, rates in runs.items()}
 
 
 def served_metrics(run_dir: Path) -> dict[str, dict[str, Any] | None]:
@@ -82,13 +82,14 @@ def collect(out_dir: Path) -> list[dict[str, Any]]:
     """One entry per <dtype>/<workload> directory."""
     entries = []
     for run_dir in sorted(p for p in out_dir.glob("*/*") if p.is_dir() and (p / "workload.jsonl").is_file()):
-        offline, served = offline_rates(run_dir), served_metrics(run_dir)
+        runs, served = offline_runs(run_dir), served_metrics(run_dir)
+        offline = medians(runs)
         serve_rate = {k: (m or {}).get("output_throughput") for k, m in served.items()}
         names = ("pagedllm-offline", "vllm-offline", "pagedllm-serve", "vllm-serve")
         entries.append({
             "dtype": run_dir.parent.name, "workload": run_dir.name,
             "workload_stats": _workload_stats(run_dir / "workload.jsonl"),
-            "offline_output_tokens_per_s": offline, "offline_runs": offline_runs(run_dir), "served": served,
+            "offline_output_tokens_per_s": offline, "offline_runs": runs, "served": served,
             "ratios": {"offline pagedllm / vLLM": _ratio(offline["pagedllm"], offline["vLLM"]),
                        "offline pagedllm / transformers": _ratio(offline["pagedllm"], offline["transformers"]),
                        "served pagedllm / vLLM": _ratio(serve_rate["pagedllm"], serve_rate["vLLM"])},
