@@ -1,13 +1,14 @@
 // The projections' matmul: y = x W^T + bias over W packed into panels of kPanelCols output columns.
 //
-// Threads take work items, two panels for up to 128 rows, from a shared counter (with a static split, the
-// thread that finished first waited at the end of each matmul whenever the other core had been slowed; with
-// whole panels for all of a prefill's rows, it still waited up to one such item). For every panel, a few
+// Threads take work items, two panels (at the end of a float32 matmul, one) for up to 128 rows, from a shared
+// counter, in one parallel region for all of a prefill's rows (with a static split, the thread that finished
+// first waited at the end of each matmul whenever the other core had been slowed; with whole panels for all of
+// a prefill's rows, it still waited up to one such item). For every panel, a few
 // rows of x at a time are multiplied into a register tile: with AVX-512, 8 rows x 48 columns in 24
 // registers; with AVX2, 6 rows x 16 columns in 12 of its 16. Per panel row, the panel's vectors are loaded
 // once and each x value (bfloat16: pair of values) is broadcast into one FMA per vector (bfloat16: pair dot
 // products). A decode step streams all of the weights from memory for a few dozen rows, so while a thread
-// works on one panel it prefetches the next one it will take (claimed as it starts the last of its two),
+// works on one panel it prefetches the next one it will take (claimed as it starts the last of its item),
 // its lines shared out over the panel's row tiles (a prefill's first tile requests them all): the memory
 // reads overlap the arithmetic. oneDNN's prepacked matmul does not, and at 1-64 rows this runs 1.2-1.9x
 // faster than it, at about the same speed from 1024 rows up (docs/models.md). A gated weight (an MLP's
@@ -71,11 +72,28 @@ template void pack_linear_weight<bf16_t>(const bf16_t*, int64_t, int64_t, bool, 
 namespace {
 
 constexpr int64_t kRowChunk = 512;   // rows per pass over the weights (more: x no longer stays in cache)
-// A thread's work item: kClaimPanels panels for a block of at most kRowBlock of a pass's rows. Two panels, so
-// that with 96-byte panel rows (bfloat16, or float32 gated outputs) no two threads write one cache line of y;
-// blocks of rows, so that a prefill's items are small enough for threads slowed by other work to even out.
-constexpr int64_t kClaimPanels = 2;
+// A thread's work item: a claim of panels for a block of at most kRowBlock of a pass's rows. Claims are pairs of
+// panels, so that with 96-byte panel rows (bfloat16, or float32 gated outputs) no two threads write one cache
+// line of y; where a panel's part of a y row fills whole cache lines (float32, not gated), the last kTailSingles
+// claims per thread are single panels, so that the threads finish a matmul closer together. Blocks of rows, so
+// that a prefill's items are small enough for threads slowed by other work to even out.
 constexpr int64_t kRowBlock = 128;
+constexpr int64_t kTailSingles = 2;
+
+struct Claims {
+  int64_t count, pairs;  // panels; claims [0, pairs) take two panels each, the others one
+  int64_t size() const { return pairs + (count - 2 * pairs); }
+  int64_t begin(int64_t c) const { return c < pairs ? 2 * c : pairs + c; }
+  int64_t end(int64_t c) const { return c < pairs ? 2 * c + 2 : pairs + c + 1; }
+};
+
+// The claims of `count` panels whose part of a y row is `row_bytes` long.
+Claims make_claims(int64_t count, int64_t row_bytes) {
+  if (row_bytes < 128) return {count, count / 2};
+  const int64_t tail = std::min<int64_t>(count, kTailSingles * at::get_num_threads());
+  return {count, (count - tail) / 2};
+}
+
 constexpr int64_t kPanelRowBytes = kPanelCols * 4;  // float32 or bfloat16 pairs alike
 // Up to this many row tiles per panel (64 rows with AVX-512) share the next panel's prefetch, a line or so per
 // step of each: all in the first tile, the reads came in a burst and the other tiles ran with the memory idle
@@ -338,6 +356,43 @@ struct TileTable<Op, std::integer_sequence<int, 0, kRows...>> {
   static constexpr TileFn<Op> fns[kTileRows + 1] = {nullptr, tile<Op, kRows>...};
 };
 
+// One block of a pass's rows under one claim: a thread's work item.
+struct Item {
+  int64_t claim, first_row, rows;
+};
+
+// The items of y's rows in passes of kRowChunk, each pass cut into blocks of at most kRowBlock rows, numbered
+// pass by pass and, within a pass, claim by claim (a thread's next item is mostly the same panels' next rows,
+// still cached). All passes share one parallel region: a thread that finishes its share of one pass goes on
+// to the next instead of waiting for the other threads at its end.
+class Items {
+ public:
+  Items(int64_t m, int64_t claims) : claims_(claims) {
+    for (int64_t m0 = 0, item = 0; m0 < m; m0 += kRowChunk) {
+      const int64_t rows = std::min(kRowChunk, m - m0);
+      passes_.push_back({m0, rows, (rows + kRowBlock - 1) / kRowBlock, item});
+      item += claims * passes_.back().blocks;
+    }
+  }
+
+  int64_t size() const { return passes_.empty() ? 0 : passes_.back().first_item + claims_ * passes_.back().blocks; }
+
+  Item operator[](int64_t i) const {
+    auto pass = passes_.rbegin();
+    while (pass->first_item > i) ++pass;
+    const int64_t local = i - pass->first_item, block = local % pass->blocks;
+    const int64_t first = pass->first_row + block * pass->rows / pass->blocks;
+    return {local / pass->blocks, first, pass->first_row + (block + 1) * pass->rows / pass->blocks - first};
+  }
+
+ private:
+  struct Pass {
+    int64_t first_row, rows, blocks, first_item;
+  };
+  int64_t claims_;
+  std::vector<Pass> passes_;
+};
+
 template <typename Op>
 void run(const typename Op::X* x, int64_t m, int64_t k, const typename Op::T* panels, const typename Op::T* bias,
          int64_t n, bool gated, typename Op::T* y) {
@@ -345,34 +400,30 @@ void run(const typename Op::X* x, int64_t m, int64_t k, const typename Op::T* pa
   constexpr const auto& tiles = TileTable<Op>::fns;
   const int64_t panel_size = panel_rows<T>(k) * kPanelRowBytes / static_cast<int64_t>(sizeof(T));
   const int64_t outputs = panel_outputs(gated);
-  const int64_t count = num_panels(n, gated), claims = (count + kClaimPanels - 1) / kClaimPanels;
-  for (int64_t m0 = 0; m0 < m; m0 += kRowChunk) {
-    const int64_t chunk = std::min(kRowChunk, m - m0), blocks = (chunk + kRowBlock - 1) / kRowBlock;
-    // item = claim * blocks + block: a thread's next item is mostly the same panels' next rows, still cached
-    parallel_dynamic_ahead(claims * blocks, [&](int64_t item, int64_t next_item) {
-      const int64_t claim = item / blocks, block = item % blocks;
-      const int64_t next_claim = next_item < 0 || next_item / blocks == claim ? -1 : next_item / blocks;
-      const int64_t first = m0 + block * chunk / blocks, rows = m0 + (block + 1) * chunk / blocks - first;
-      const int64_t end = std::min(count, (claim + 1) * kClaimPanels);
-      for (int64_t p = claim * kClaimPanels; p < end; ++p) {
-        const int64_t after = p + 1 < end ? p + 1 : (next_claim >= 0 ? next_claim * kClaimPanels : -1);
-        const T* panel = panels + p * panel_size;
-        const T* next = after >= 0 ? panels + after * panel_size : nullptr;
-        const int64_t cols = std::min(outputs, n - p * outputs);
-        Reg start[kPanelVecs];
-        panel_start<Op>(bias, p, n, gated, cols, start);
-        // as few tiles as kTileRows allows, of sizes that differ by one at most: a small last tile would read
-        // the panel for few rows
-        const int64_t count_tiles = (rows + kTileRows - 1) / kTileRows;
-        for (int64_t t = 0, r = first; t < count_tiles; ++t) {
-          const int64_t size = rows / count_tiles + (t < rows % count_tiles ? 1 : 0);
-          tiles[size](x + r * k, k, panel, share_of_next(next, k, count_tiles, t), start, gated, cols,
-                      y + r * n + p * outputs, n);
-          r += size;
-        }
+  const Claims claims = make_claims(num_panels(n, gated), outputs * static_cast<int64_t>(sizeof(T)));
+  const Items items(m, claims.size());
+  parallel_dynamic_ahead(items.size(), [&](int64_t i, int64_t next_i) {
+    const Item item = items[i];
+    const int64_t next_claim = next_i < 0 || items[next_i].claim == item.claim ? -1 : items[next_i].claim;
+    const int64_t end = claims.end(item.claim);
+    for (int64_t p = claims.begin(item.claim); p < end; ++p) {
+      const int64_t after = p + 1 < end ? p + 1 : (next_claim >= 0 ? claims.begin(next_claim) : -1);
+      const T* panel = panels + p * panel_size;
+      const T* next = after >= 0 ? panels + after * panel_size : nullptr;
+      const int64_t cols = std::min(outputs, n - p * outputs);
+      Reg start[kPanelVecs];
+      panel_start<Op>(bias, p, n, gated, cols, start);
+      // as few tiles as kTileRows allows, of sizes that differ by one at most: a small last tile would read
+      // the panel for few rows
+      const int64_t count_tiles = (item.rows + kTileRows - 1) / kTileRows;
+      for (int64_t t = 0, r = item.first_row; t < count_tiles; ++t) {
+        const int64_t size = item.rows / count_tiles + (t < item.rows % count_tiles ? 1 : 0);
+        tiles[size](x + r * k, k, panel, share_of_next(next, k, count_tiles, t), start, gated, cols,
+                    y + r * n + p * outputs, n);
+        r += size;
       }
-    });
-  }
+    }
+  });
 }
 
 }  // namespace
