@@ -2,18 +2,17 @@
 //
 // Threads take work items, two panels (at the end of a float32 matmul, one) for up to 128 rows, from a shared
 // counter, in one parallel region for all of a prefill's rows (with a static split, the thread that finished
-// first waited at the end of each matmul whenever the other core had been slowed; with whole panels for all of
-// a prefill's rows, it still waited up to one such item). For every panel, a few
-// rows of x at a time are multiplied into a register tile: with AVX-512, 8 rows x 48 columns in 24
-// registers; with AVX2, 6 rows x 16 columns in 12 of its 16. Per panel row, the panel's vectors are loaded
-// once and each x value (bfloat16: pair of values) is broadcast into one FMA per vector (bfloat16: pair dot
-// products). A decode step streams all of the weights from memory for a few dozen rows, so while a thread
-// works on one panel it prefetches the next one it will take (claimed as it starts the last of its item),
-// its lines shared out over the panel's row tiles (a prefill's first tile requests them all): the memory
-// reads overlap the arithmetic. oneDNN's prepacked matmul does not, and at 1-64 rows this runs 1.2-1.9x
-// faster than it, at about the same speed from 1024 rows up (docs/models.md). A gated weight (an MLP's
-// [gate; up]) is packed with half a panel of gate columns and the matching up columns in each panel, and its
-// tiles are stored as silu(gate) * up.
+// first waited at the end of each matmul whenever the other core had been slowed; with whole panels for all of a
+// prefill's rows, it still waited up to one such item). For every panel, a few rows of x at a time are multiplied
+// into a register tile: with AVX-512, 8 rows x 48 columns in 24 registers; with AVX2, 6 rows x 16 columns in 12
+// of its 16. Per panel row, the panel's vectors are loaded once and each x value (bfloat16: pair of values) is
+// broadcast into one FMA per vector (bfloat16: pair dot products). A decode step streams all of the weights from
+// memory for a few dozen rows, so while a thread works on one panel it prefetches the next one it will take
+// (claimed as it starts the last panel of its item), its lines shared out over the panel's row tiles (a prefill's
+// first tile requests them all): the memory reads overlap the arithmetic. oneDNN's prepacked matmul does not, and
+// at 1-64 rows this runs 1.2-1.9x faster than it, at about the same speed from 1024 rows up (docs/models.md). A
+// gated weight (an MLP's [gate; up]) is packed with half a panel of gate columns and the matching up columns in
+// each panel, and its tiles are stored as silu(gate) * up.
 #include "linear.h"
 
 #include <algorithm>
