@@ -403,7 +403,8 @@ void run(const typename Op::X* x, int64_t m, int64_t k, const typename Op::T* pa
   const Items items(m, claims.size());
   parallel_dynamic_ahead(items.size(), [&](int64_t i, int64_t next_i) {
     const Item item = items[i];
-    const int64_t next_claim = next_i < 0 || items[next_i].claim == item.claim ? -1 : items[next_i].claim;
+    const int64_t claim_after = next_i < 0 ? -1 : items[next_i].claim;
+    const int64_t next_claim = claim_after == item.claim ? -1 : claim_after;
     const int64_t end = claims.end(item.claim);
     for (int64_t p = claims.begin(item.claim); p < end; ++p) {
       const int64_t after = p + 1 < end ? p + 1 : (next_claim >= 0 ? claims.begin(next_claim) : -1);

@@ -369,7 +369,7 @@ class Kernel {
       const Keys after = key0 + kCopyKeys < key_end ? Keys{&t, key0 + kCopyKeys, key_end}
                          : next_part != nullptr    ? first_keys(w, *next_part)
                                                    : Keys{};
-      copy_keys(t, key0, key_begin, key_end, after, s, !lanes);
+      load_keys(t, key0, key_begin, key_end, after, s, !lanes);
       if (lanes) {  // scores [key][row]: rows in vector lanes
         const int64_t first_vec = first / kLanes;
         score_lanes(s, width, first_vec, n);
@@ -450,7 +450,7 @@ class Kernel {
   // into the thread's own buffer, which their loops read many times over; few rows (`in_place`: decodes) load
   // each line once and then score the rows where they lie, now in L1: without the copy's stores more of the
   // loop's reads fit in the core's window (decodes of 40 sequences over 30 layers 9% faster on a Xeon).
-  void copy_keys(const Tile& t, int64_t key0, int64_t key_begin, int64_t key_end, const Keys& after,
+  void load_keys(const Tile& t, int64_t key0, int64_t key_begin, int64_t key_end, const Keys& after,
                  Scratch& s, bool in_place) const {
     T* k_copy = reinterpret_cast<T*>(s.kv_copy.data());
     T* v_copy = k_copy + kCopyKeys * kDim;
