@@ -6,6 +6,9 @@
   streams every weight from memory for a few rows (1.2-1.9x at 1-64 rows) and matches it on prefill-sized
   batches (docs/models.md). bfloat16 multiplies with vdpbf16ps or with the weights widened to float32 FMAs,
   whichever a first timing on this CPU finds faster (`describe_matmul` says which).
+- bfloat16 on a CPU with AMX: from AMX_MIN_ROWS rows up, oneDNN's matmul in AMX tiles over a second packing
+  of the weight (4-5x pagedllm's at prompt-sized batches); below that pagedllm's, which streams the weights
+  of a decode step faster (docs/models.md).
 - Otherwise oneDNN, the weight reordered into the blocked layout its matmul reads (`_reorder_linear_weight`).
   A weight merely converted to oneDNN's plain layout (`to_mkldnn`) is reordered again on every call: at 32
   rows that measured 133 against 170 GFLOP/s in float32 and 228 against 310 in bfloat16.
@@ -23,8 +26,11 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
-from pagedllm.kernels import load_cpu_kernels
+from pagedllm.kernels import cpu_flags, load_cpu_kernels
 from pagedllm.model.dtype import has_native_bf16
+
+# Rows from which oneDNN's AMX matmul outruns pagedllm's in bfloat16 (measured crossover: docs/models.md).
+AMX_MIN_ROWS = 12
 
 
 def can_pack(dtype: torch.dtype) -> bool:
@@ -42,6 +48,12 @@ PACK_BATCH_HINT = 64
 def packed_weight(weight: torch.Tensor) -> torch.Tensor:
     """weight [out, in] reordered into oneDNN's blocked matmul layout (an opaque mkldnn tensor)."""
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_BATCH_HINT)
+
+
+def has_amx_bf16(flags: list[str] | None = None) -> bool:
+    """Whether the CPU multiplies bfloat16 in AMX tiles (oneDNN uses them when it finds them)."""
+    flags = cpu_flags() if flags is None else flags
+    return "amx_bf16" in flags and "amx_tile" in flags
 
 
 def linear_kernels(dtype: torch.dtype) -> ModuleType | None:
@@ -78,7 +90,10 @@ def describe_matmul(dtype: torch.dtype, device: torch.device) -> str:
     kernels = linear_kernels(dtype)
     if kernels is None:
         return "oneDNN (prepacked)"
-    return "pagedllm's" if dtype != torch.bfloat16 else f"pagedllm's, {BF16_PATH_DESCRIPTIONS[kernels.bf16_matmul_path()]}"
+    if dtype != torch.bfloat16:
+        return "pagedllm's"
+    ours = f"pagedllm's, {BF16_PATH_DESCRIPTIONS[kernels.bf16_matmul_path()]}"
+    return f"oneDNN's AMX from {AMX_MIN_ROWS} rows, below that {ours}" if has_amx_bf16() else ours
 
 
 class Projection:
@@ -86,6 +101,7 @@ class Projection:
         self.weight, self.bias = weight, bias  # weight: [out, in]
         self._kernels = own_matmul(weight, pack)
         self._packed: torch.Tensor | None = None
+        self._amx_packed = amx_packed(weight, self._kernels)
         if self._kernels is not None:
             self._packed = self._kernels.pack_linear(weight.detach().contiguous())
         elif pack and weight.device.type == "cpu":  # on a GPU the dense weight is what the matmul wants
@@ -95,10 +111,24 @@ class Projection:
         """x: [T, in] -> [T, out]."""
         if self._packed is None:
             return F.linear(x, self.weight, self.bias)
+        if self._amx_packed is not None and x.shape[0] >= AMX_MIN_ROWS:
+            return onednn_linear(x, self._amx_packed, self.bias)
         if self._kernels is not None:
             return self._kernels.linear(x.contiguous(), self._packed, self.bias, self.weight.shape[0])
-        # dense in, dense out: only the weight lives in oneDNN's layout
-        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self._packed, self.bias, "none", [], "")
+        return onednn_linear(x, self._packed, self.bias)
+
+
+def onednn_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """Dense in, dense out: only the weight lives in oneDNN's layout."""
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none", [], "")
+
+
+def amx_packed(weight: torch.Tensor, kernels: ModuleType | None) -> torch.Tensor | None:
+    """A bfloat16 weight that pagedllm's matmul runs, packed for oneDNN too where the CPU has AMX, for the
+    batches of AMX_MIN_ROWS rows and more."""
+    if kernels is None or weight.dtype != torch.bfloat16 or not has_amx_bf16():
+        return None
+    return packed_weight(weight)
 
 
 class GatedProjection:
@@ -110,6 +140,7 @@ class GatedProjection:
         self.intermediate = weight.shape[0] // 2
         self.bias = bias
         self._kernels = own_matmul(weight, pack)
+        self._amx_packed = amx_packed(weight, self._kernels)
         if self._kernels is not None:
             self._packed = self._kernels.pack_linear(weight.detach().contiguous(), gated=True)
         else:
@@ -121,6 +152,8 @@ class GatedProjection:
 
     def __call__(self, x: torch.Tensor, activation: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         """activation: [T, 2 I] -> [T, I], silu(gate) * up; used only where the matmul does not fuse it."""
+        if self._amx_packed is not None and x.shape[0] >= AMX_MIN_ROWS:
+            return activation(onednn_linear(x, self._amx_packed, self.bias))
         if self._kernels is not None:
             return self._kernels.linear(x.contiguous(), self._packed, self.bias, self.intermediate, gated=True)
         return activation(self._projection(x))

@@ -8,7 +8,14 @@ import torch.nn.functional as F
 import pagedllm.model.projection as projection
 from bf16_paths import BF16_PATHS, bf16_matmul_path
 from pagedllm.model.layers import silu_mul
-from pagedllm.model.projection import GatedProjection, Projection, can_pack, linear_kernels
+from pagedllm.model.projection import GatedProjection, Projection, can_pack, has_amx_bf16, linear_kernels
+
+@pytest.fixture(autouse=True)
+def own_bf16_matmul(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pagedllm's bfloat16 matmul at every row count, so that it is tested on a CPU with AMX too (where oneDNN
+    takes the larger batches); the AMX tests below turn the split back on."""
+    monkeypatch.setattr(projection, "has_amx_bf16", lambda: False)
+
 
 needs_linear_kernel = pytest.mark.skipif(linear_kernels(torch.float32) is None,
                                          reason="no compiled linear kernel here (it needs AVX-512 or AVX2 and a compiler)")
@@ -109,6 +116,46 @@ def test_bf16_weight_with_odd_inputs_stays_on_onednn():
     proj = Projection(weight, None, pack=True)
     assert proj._kernels is None and proj._packed is not None
     torch.testing.assert_close(proj(x).float(), F.linear(x, weight).float(), rtol=1e-2, atol=1e-2)
+
+
+@needs_bf16_linear_kernel
+@pytest.mark.parametrize("rows", [1, projection.AMX_MIN_ROWS - 1, projection.AMX_MIN_ROWS, 513])
+def test_bf16_batches_from_amx_min_rows_take_onednn_where_the_cpu_has_amx(monkeypatch: pytest.MonkeyPatch, rows):
+    """Forced on a CPU without AMX too: oneDNN then multiplies with AVX512-BF16, the routing is the same."""
+    monkeypatch.setattr(projection, "has_amx_bf16", lambda: True)
+    torch.manual_seed(rows)
+    weight, bias = torch.randn(96, 64, dtype=torch.bfloat16), torch.randn(96, dtype=torch.bfloat16)
+    gate_up = (torch.randn(2 * 40, 64) / 8).to(torch.bfloat16)
+    proj, gated = Projection(weight, bias, pack=True), GatedProjection(gate_up, None, pack=True)
+    assert proj._amx_packed is not None and gated._amx_packed is not None
+    x = torch.randn(rows, 64, dtype=torch.bfloat16)
+    real, calls = projection.onednn_linear, []
+    monkeypatch.setattr(projection, "onednn_linear", lambda *args: calls.append(args[1]) or real(*args))
+    got = proj(x)
+    got_gated = gated(x, silu_mul)
+    expected_calls = [proj._amx_packed, gated._amx_packed] if rows >= projection.AMX_MIN_ROWS else []
+    assert calls == expected_calls
+    torch.testing.assert_close(got.float(), F.linear(x.float(), weight.float(), bias.float()), rtol=2**-8, atol=1e-2)
+    torch.testing.assert_close(got_gated.double(), gated_reference(x, gate_up, None), rtol=2**-7, atol=1e-2)
+
+
+@needs_bf16_linear_kernel
+@pytest.mark.parametrize("rows", [projection.AMX_MIN_ROWS, 300])
+def test_bf16_amx_projection_equals_linear(monkeypatch: pytest.MonkeyPatch, rows):
+    monkeypatch.setattr(projection, "has_amx_bf16", lambda: True)
+    torch.manual_seed(rows)
+    weight, bias = torch.randn(1000, 576, dtype=torch.bfloat16), torch.randn(1000, dtype=torch.bfloat16)
+    x = torch.randn(rows, 576, dtype=torch.bfloat16)
+    got = Projection(weight, bias, pack=True)(x)
+    assert got.dtype == torch.bfloat16 and got.shape == (rows, 1000)
+    expected = F.linear(x.float(), weight.float(), bias.float())
+    torch.testing.assert_close(got.float(), expected, rtol=2**-8, atol=1e-3)
+
+
+def test_amx_needs_both_of_its_flags():
+    assert has_amx_bf16(["avx512f", "amx_bf16", "amx_tile"])
+    assert not has_amx_bf16(["avx512f", "avx512_bf16", "amx_tile"])
+    assert not has_amx_bf16(["amx_bf16"])
 
 
 def test_only_float_weights_on_the_cpu_use_the_linear_kernel():
