@@ -5,6 +5,7 @@
 #include <string>
 #include <tuple>
 
+#include "amx_linear.h"
 #include "cache_ops.h"
 #include "layer_ops.h"
 #include "linear.h"
@@ -255,6 +256,40 @@ torch::Tensor linear_op(const torch::Tensor& x, const torch::Tensor& panels, con
   return y;
 }
 
+torch::Tensor pack_amx_linear_op(const torch::Tensor& weight) {
+  check_matrix(weight, "weight");
+  TORCH_CHECK(is_bf16(weight) && has_amx_linear(), "the AMX matmul takes bfloat16 weights, on a CPU with AMX-BF16");
+  const int64_t n = weight.size(0), k = weight.size(1);
+  TORCH_CHECK(k % kAmxDepth == 0, "the AMX matmul needs a multiple of ", kAmxDepth, " input features, not ", k);
+  torch::Tensor panels = torch::empty({(n + kAmxPanelCols - 1) / kAmxPanelCols, k / kAmxDepth, kAmxDepth / 2,
+                                       2 * kAmxPanelCols}, weight.options());
+  pack_amx_weight(static_cast<const bf16_t*>(weight.data_ptr()), n, k, static_cast<bf16_t*>(panels.data_ptr()));
+  return panels;
+}
+
+torch::Tensor amx_linear_op(const torch::Tensor& x, const torch::Tensor& panels, const c10::optional<torch::Tensor>& bias,
+                            int64_t out_features) {
+  check_matrix(x, "x");
+  check_cpu(panels, "panels");
+  const int64_t k = x.size(1);
+  TORCH_CHECK(is_bf16(x) && panels.scalar_type() == x.scalar_type() && panels.is_contiguous() && panels.dim() == 4 &&
+                  out_features > 0 && panels.size(0) == (out_features + kAmxPanelCols - 1) / kAmxPanelCols &&
+                  panels.size(1) * kAmxDepth == k,
+              "panels must come from pack_amx_linear of an [out_features, in_features] bfloat16 weight, x [rows, "
+              "in_features] bfloat16");
+  if (bias) {
+    check_cpu(*bias, "bias");
+    TORCH_CHECK(bias->scalar_type() == x.scalar_type() && bias->is_contiguous() && bias->dim() == 1 &&
+                    bias->size(0) == out_features,
+                "bias must be a contiguous [", out_features, "] tensor of x's dtype");
+  }
+  torch::Tensor y = torch::empty({x.size(0), out_features}, x.options());
+  if (x.size(0) > 0)
+    amx_linear(static_cast<const bf16_t*>(x.data_ptr()), x.size(0), k, static_cast<const bf16_t*>(panels.data_ptr()),
+               bias ? static_cast<const bf16_t*>(bias->data_ptr()) : nullptr, out_features, static_cast<bf16_t*>(y.data_ptr()));
+  return y;
+}
+
 std::string bf16_matmul_path_op() { return bf16_path() == Bf16Path::kWiden ? "widen" : "dot"; }
 
 void set_bf16_matmul_path_op(const std::string& name) {
@@ -284,6 +319,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "(vdpbf16ps) or 'widen' (weights widened to float32 for FMAs), measured once unless set");
   m.def("set_bf16_matmul_path", &pagedllm::set_bf16_matmul_path_op, "'auto' (measure once), 'dot' or 'widen'",
         py::arg("path"));
+  m.def("has_amx_linear", &pagedllm::has_amx_linear, "whether this build and OS run the bfloat16 AMX matmul");
+  m.def("pack_amx_linear", &pagedllm::pack_amx_linear_op, "a bfloat16 [out, in] weight packed into AMX tiles",
+        py::arg("weight"));
+  m.def("amx_linear", &pagedllm::amx_linear_op, "x W^T + bias on AMX tiles over a weight from pack_amx_linear",
+        py::arg("x"), py::arg("panels"), py::arg("bias"), py::arg("out_features"));
   m.def("linear", &pagedllm::linear_op, "x W^T + bias over a packed weight (gated: silu(gate) * up of it)",
         py::arg("x"), py::arg("panels"), py::arg("bias"), py::arg("out_features"), py::arg("gated") = false);
 }

@@ -1,14 +1,15 @@
 """Projection: y = x Wᵀ + b over a loaded weight, packed once at load for the matmul that runs it fastest.
 
-- float32 on a CPU with AVX-512 or AVX2, and bfloat16 on one with AVX512-BF16, when the compiled kernels
+- float32 on a CPU with AVX-512 or AVX2, and bfloat16 on one with AVX512-BF16 but no AMX, when the kernels
   loaded: pagedllm's own matmul (pagedllm/csrc/linear.cpp) over the weight packed into panels of 48 columns
   (AVX-512) or 16 (AVX2). It prefetches the weights it reads next, so it beats oneDNN where a decode step
   streams every weight from memory for a few rows (1.2-1.9x at 1-64 rows) and matches it on prefill-sized
   batches (docs/models.md). bfloat16 multiplies with vdpbf16ps or with the weights widened to float32 FMAs,
   whichever a first timing on this CPU finds faster (`describe_matmul` says which).
-- bfloat16 on a CPU with AMX: from AMX_MIN_ROWS rows up, oneDNN's matmul in AMX tiles over a second packing
-  of the weight (4-5x pagedllm's at prompt-sized batches); below that pagedllm's, which streams the weights
-  of a decode step faster (docs/models.md).
+- bfloat16 on a CPU with AMX: pagedllm's AMX matmul (pagedllm/csrc/amx_linear.cpp) over the weight packed
+  into tiles, for batches of up to AMX_OWN_MAX_ROWS rows, and oneDNN's matmul (on AMX too) over a second
+  packing for larger ones: 1.3-2.5x the AVX512-BF16 matmul on decode-sized batches, 3-6x on prefill-sized
+  ones (docs/models.md). An MLP's gate/up then runs as one Projection with the activation applied after it.
 - Otherwise oneDNN, the weight reordered into the blocked layout its matmul reads (`_reorder_linear_weight`).
   A weight merely converted to oneDNN's plain layout (`to_mkldnn`) is reordered again on every call: at 32
   rows that measured 133 against 170 GFLOP/s in float32 and 228 against 310 in bfloat16.
@@ -29,8 +30,9 @@ import torch.nn.functional as F
 from pagedllm.kernels import cpu_flags, load_cpu_kernels
 from pagedllm.model.dtype import has_native_bf16
 
-# Rows from which oneDNN's AMX matmul outruns pagedllm's in bfloat16 (measured crossover: docs/models.md).
-AMX_MIN_ROWS = 12
+# Rows up to which pagedllm's AMX matmul runs a bfloat16 batch; oneDNN's (on AMX too) runs larger ones
+# (measured: docs/models.md).
+AMX_OWN_MAX_ROWS = 128
 
 
 def can_pack(dtype: torch.dtype) -> bool:
@@ -92,16 +94,20 @@ def describe_matmul(dtype: torch.dtype, device: torch.device) -> str:
         return "oneDNN (prepacked)"
     if dtype != torch.bfloat16:
         return "pagedllm's"
-    ours = f"pagedllm's, {BF16_PATH_DESCRIPTIONS[kernels.bf16_matmul_path()]}"
-    return f"oneDNN's AMX from {AMX_MIN_ROWS} rows, below that {ours}" if has_amx_bf16() else ours
+    if amx_kernels(torch.empty(0, 32, dtype=dtype), True) is not None:
+        return f"pagedllm's on AMX tiles up to {AMX_OWN_MAX_ROWS} rows, oneDNN's (AMX) above"
+    return f"pagedllm's, {BF16_PATH_DESCRIPTIONS[kernels.bf16_matmul_path()]}"
 
 
 class Projection:
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, pack: bool) -> None:
         self.weight, self.bias = weight, bias  # weight: [out, in]
-        self._kernels = own_matmul(weight, pack)
+        amx = amx_kernels(weight, pack)
+        self._amx = AmxWeight(weight, bias, amx) if amx is not None else None
+        self._kernels = own_matmul(weight, pack) if amx is None else None
         self._packed: torch.Tensor | None = None
-        self._amx_packed = amx_packed(weight, self._kernels)
+        if self._amx is not None:
+            return
         if self._kernels is not None:
             self._packed = self._kernels.pack_linear(weight.detach().contiguous())
         elif pack and weight.device.type == "cpu":  # on a GPU the dense weight is what the matmul wants
@@ -109,10 +115,10 @@ class Projection:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x: [T, in] -> [T, out]."""
+        if self._amx is not None:
+            return self._amx(x)
         if self._packed is None:
             return F.linear(x, self.weight, self.bias)
-        if self._amx_packed is not None and x.shape[0] >= AMX_MIN_ROWS:
-            return onednn_linear(x, self._amx_packed, self.bias)
         if self._kernels is not None:
             return self._kernels.linear(x.contiguous(), self._packed, self.bias, self.weight.shape[0])
         return onednn_linear(x, self._packed, self.bias)
@@ -123,12 +129,30 @@ def onednn_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | No
     return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none", [], "")
 
 
-def amx_packed(weight: torch.Tensor, kernels: ModuleType | None) -> torch.Tensor | None:
-    """A bfloat16 weight that pagedllm's matmul runs, packed for oneDNN too where the CPU has AMX, for the
-    batches of AMX_MIN_ROWS rows and more."""
-    if kernels is None or weight.dtype != torch.bfloat16 or not has_amx_bf16():
+class AmxWeight:
+    """A bfloat16 weight on a CPU with AMX, packed twice: into AMX tiles for pagedllm's matmul (batches of up to
+    AMX_OWN_MAX_ROWS rows, weights streamed from memory) and into oneDNN's layout for larger batches."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, kernels: ModuleType) -> None:
+        self.out_features, self.bias, self._kernels = weight.shape[0], bias, kernels
+        self._tiles = kernels.pack_amx_linear(weight.detach().contiguous())
+        self._onednn = packed_weight(weight)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] > AMX_OWN_MAX_ROWS:
+            return onednn_linear(x, self._onednn, self.bias)
+        return self._kernels.amx_linear(x.contiguous(), self._tiles, self.bias, self.out_features)
+
+
+def amx_kernels(weight: torch.Tensor, pack: bool) -> ModuleType | None:
+    """The compiled kernels if their AMX matmul can run this weight: packing asked for, a bfloat16 weight on a
+    CPU with AMX, a build and OS that allow the tiles, and inputs that fill whole tile steps (32)."""
+    if not pack or weight.device.type != "cpu" or weight.dtype != torch.bfloat16 or not has_amx_bf16():
         return None
-    return packed_weight(weight)
+    kernels = load_cpu_kernels()
+    if kernels is None or not kernels.has_amx_linear() or weight.shape[1] % 32 != 0:
+        return None
+    return kernels
 
 
 class GatedProjection:
@@ -139,8 +163,7 @@ class GatedProjection:
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, pack: bool) -> None:
         self.intermediate = weight.shape[0] // 2
         self.bias = bias
-        self._kernels = own_matmul(weight, pack)
-        self._amx_packed = amx_packed(weight, self._kernels)
+        self._kernels = own_matmul(weight, pack) if amx_kernels(weight, pack) is None else None
         if self._kernels is not None:
             self._packed = self._kernels.pack_linear(weight.detach().contiguous(), gated=True)
         else:
@@ -152,8 +175,6 @@ class GatedProjection:
 
     def __call__(self, x: torch.Tensor, activation: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         """activation: [T, 2 I] -> [T, I], silu(gate) * up; used only where the matmul does not fuse it."""
-        if self._amx_packed is not None and x.shape[0] >= AMX_MIN_ROWS:
-            return activation(onednn_linear(x, self._amx_packed, self.bias))
         if self._kernels is not None:
             return self._kernels.linear(x.contiguous(), self._packed, self.bias, self.intermediate, gated=True)
         return activation(self._projection(x))

@@ -12,8 +12,8 @@ from pagedllm.model.projection import GatedProjection, Projection, can_pack, has
 
 @pytest.fixture(autouse=True)
 def own_bf16_matmul(monkeypatch: pytest.MonkeyPatch) -> None:
-    """pagedllm's bfloat16 matmul at every row count, so that it is tested on a CPU with AMX too (where oneDNN
-    takes the larger batches); the AMX tests below turn the split back on."""
+    """pagedllm's AVX512-BF16 matmul for bfloat16, so that it is tested on a CPU with AMX too (where the AMX
+    matmuls take its place); the AMX tests below turn them back on."""
     monkeypatch.setattr(projection, "has_amx_bf16", lambda: False)
 
 
@@ -118,38 +118,76 @@ def test_bf16_weight_with_odd_inputs_stays_on_onednn():
     torch.testing.assert_close(proj(x).float(), F.linear(x, weight).float(), rtol=1e-2, atol=1e-2)
 
 
-@needs_bf16_linear_kernel
-@pytest.mark.parametrize("rows", [1, projection.AMX_MIN_ROWS - 1, projection.AMX_MIN_ROWS, 513])
-def test_bf16_batches_from_amx_min_rows_take_onednn_where_the_cpu_has_amx(monkeypatch: pytest.MonkeyPatch, rows):
-    """Forced on a CPU without AMX too: oneDNN then multiplies with AVX512-BF16, the routing is the same."""
+def amx_linear_kernels():
+    kernels = linear_kernels(torch.bfloat16)
+    return kernels if kernels is not None and kernels.has_amx_linear() else None
+
+
+needs_amx = pytest.mark.skipif(amx_linear_kernels() is None, reason="no AMX matmul here (it needs a CPU with AMX-BF16)")
+
+
+@needs_amx
+@pytest.mark.parametrize("rows", [1, 5, 16, 17, 33, 64, 100])  # tiles of 16 rows, passes of 32
+@pytest.mark.parametrize("out_features,in_features", [(1, 32), (16, 64), (40, 96), (1000, 576), (576, 1536)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_amx_linear_kernel_equals_linear(rows, out_features, in_features, bias):
+    """Panels of 16 outputs taken two at a time: one partial panel, one whole, an odd count with a partial last."""
+    kernels = amx_linear_kernels()
+    torch.manual_seed(rows + out_features)
+    x = torch.randn(rows, in_features, dtype=torch.bfloat16)
+    weight = torch.randn(out_features, in_features, dtype=torch.bfloat16)
+    b = torch.randn(out_features, dtype=torch.bfloat16) if bias else None
+    got = kernels.amx_linear(x, kernels.pack_amx_linear(weight), b, out_features)
+    assert got.dtype == torch.bfloat16 and got.shape == (rows, out_features)
+    expected = F.linear(x.float(), weight.float(), None if b is None else b.float())
+    torch.testing.assert_close(got.float(), expected, rtol=2**-8, atol=1e-3)
+
+
+@needs_amx
+def test_amx_linear_kernel_rejects_mismatched_inputs():
+    kernels = amx_linear_kernels()
+    with pytest.raises(RuntimeError, match="multiple of 32"):
+        kernels.pack_amx_linear(torch.randn(16, 48, dtype=torch.bfloat16))
+    with pytest.raises(RuntimeError, match="bfloat16"):
+        kernels.pack_amx_linear(torch.randn(16, 64))
+    tiles = kernels.pack_amx_linear(torch.randn(40, 64, dtype=torch.bfloat16))
+    with pytest.raises(RuntimeError, match="pack_amx_linear"):
+        kernels.amx_linear(torch.randn(3, 96, dtype=torch.bfloat16), tiles, None, 40)
+    with pytest.raises(RuntimeError, match="pack_amx_linear"):
+        kernels.amx_linear(torch.randn(3, 64, dtype=torch.bfloat16), tiles, None, 60)
+    with pytest.raises(RuntimeError, match="bias"):
+        kernels.amx_linear(torch.randn(3, 64, dtype=torch.bfloat16), tiles, torch.randn(39, dtype=torch.bfloat16), 40)
+
+
+@needs_amx
+@pytest.mark.parametrize("rows", [1, projection.AMX_OWN_MAX_ROWS, projection.AMX_OWN_MAX_ROWS + 1, 300])
+def test_bf16_projections_take_amx_where_the_cpu_has_it(monkeypatch: pytest.MonkeyPatch, rows):
+    """pagedllm's AMX matmul up to AMX_OWN_MAX_ROWS rows, oneDNN's above; the MLP's gate/up applies the caller's
+    activation to the matmul's [T, 2 I]."""
     monkeypatch.setattr(projection, "has_amx_bf16", lambda: True)
     torch.manual_seed(rows)
     weight, bias = torch.randn(96, 64, dtype=torch.bfloat16), torch.randn(96, dtype=torch.bfloat16)
     gate_up = (torch.randn(2 * 40, 64) / 8).to(torch.bfloat16)
     proj, gated = Projection(weight, bias, pack=True), GatedProjection(gate_up, None, pack=True)
-    assert proj._amx_packed is not None and gated._amx_packed is not None
+    assert proj._amx is not None and proj._kernels is None and not gated.fused
+    assert "AMX" in projection.describe_matmul(torch.bfloat16, torch.device("cpu"))
+    real, onednn_calls = projection.onednn_linear, []
+    monkeypatch.setattr(projection, "onednn_linear", lambda *args: onednn_calls.append(args[0].shape[0]) or real(*args))
     x = torch.randn(rows, 64, dtype=torch.bfloat16)
-    real, calls = projection.onednn_linear, []
-    monkeypatch.setattr(projection, "onednn_linear", lambda *args: calls.append(args[1]) or real(*args))
-    got = proj(x)
-    got_gated = gated(x, silu_mul)
-    expected_calls = [proj._amx_packed, gated._amx_packed] if rows >= projection.AMX_MIN_ROWS else []
-    assert calls == expected_calls
+    got, got_gated = proj(x), gated(x, silu_mul)
+    assert len(onednn_calls) == (2 if rows > projection.AMX_OWN_MAX_ROWS else 0)
     torch.testing.assert_close(got.float(), F.linear(x.float(), weight.float(), bias.float()), rtol=2**-8, atol=1e-2)
-    torch.testing.assert_close(got_gated.double(), gated_reference(x, gate_up, None), rtol=2**-7, atol=1e-2)
+    # gate and up are each rounded to bfloat16 before the activation, whose result is rounded again
+    torch.testing.assert_close(got_gated.double(), gated_reference(x, gate_up, None), rtol=2**-6, atol=1e-2)
 
 
-@needs_bf16_linear_kernel
-@pytest.mark.parametrize("rows", [projection.AMX_MIN_ROWS, 300])
-def test_bf16_amx_projection_equals_linear(monkeypatch: pytest.MonkeyPatch, rows):
+@needs_amx
+def test_bf16_weights_whose_inputs_do_not_fill_amx_tiles_keep_the_other_matmul(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(projection, "has_amx_bf16", lambda: True)
-    torch.manual_seed(rows)
-    weight, bias = torch.randn(1000, 576, dtype=torch.bfloat16), torch.randn(1000, dtype=torch.bfloat16)
-    x = torch.randn(rows, 576, dtype=torch.bfloat16)
-    got = Projection(weight, bias, pack=True)(x)
-    assert got.dtype == torch.bfloat16 and got.shape == (rows, 1000)
-    expected = F.linear(x.float(), weight.float(), bias.float())
-    torch.testing.assert_close(got.float(), expected, rtol=2**-8, atol=1e-3)
+    weight, x = torch.randn(20, 48, dtype=torch.bfloat16), torch.randn(5, 48, dtype=torch.bfloat16)
+    proj = Projection(weight, None, pack=True)
+    assert proj._amx is None and proj._kernels is not None
+    torch.testing.assert_close(proj(x).float(), F.linear(x.float(), weight.float()), rtol=2**-8, atol=1e-2)
 
 
 def test_amx_needs_both_of_its_flags():

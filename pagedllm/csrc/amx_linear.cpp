@@ -1,0 +1,168 @@
+// The bfloat16 matmul on AMX tiles. A tile product multiplies 16 rows of x by 32 inputs of 16 outputs into 16 x 16
+// float32 sums in one instruction, so a decode step's few dozen rows cost next to nothing to multiply and the
+// step is bound by streaming the weights: each packed panel (16 outputs, all inputs) is read once per call, its
+// tiles loaded in turn and multiplied by up to four row tiles of x (64 rows) held in four accumulator tiles.
+// Threads take panels from a shared counter and request the next panel they will take while they multiply this
+// one. Batches of more than 64 rows go over the panel again for each further 64 rows, from the cache.
+#include "amx_linear.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <vector>
+
+#include "parallel.h"
+
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
+#define PAGEDLLM_AMX 1
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace pagedllm {
+
+void pack_amx_weight(const bf16_t* w, int64_t n, int64_t k, bf16_t* panels) {
+  const int64_t steps = k / kAmxDepth, panel_size = steps * kAmxDepth * kAmxPanelCols;
+  for (int64_t p = 0; p < (n + kAmxPanelCols - 1) / kAmxPanelCols; ++p)
+    for (int64_t s = 0; s < steps; ++s)
+      for (int64_t r = 0; r < kAmxDepth / 2; ++r)
+        for (int64_t j = 0; j < kAmxPanelCols; ++j)
+          for (int64_t t = 0; t < 2; ++t) {
+            const int64_t row = p * kAmxPanelCols + j, input = s * kAmxDepth + 2 * r + t;
+            panels[p * panel_size + (s * kAmxDepth / 2 + r) * 2 * kAmxPanelCols + 2 * j + t] =
+                row < n ? w[row * k + input] : bf16_t{0};
+          }
+}
+
+#if defined(PAGEDLLM_AMX)
+
+namespace {
+
+// Tiles: sums 0-3 (row tile i, panel j in tile 2i + j), x 4-5 (row tiles), weights 6-7 (panels). The tile
+// intrinsics take literal tile numbers.
+constexpr int64_t kTileBytes = 1024;
+constexpr int64_t kItemRows = 2 * kAmxTileRows;  // rows of x per pass over an item's two panels
+
+// The 64-byte operand of ldtilecfg (palette 1).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Sums and x tiles of `rows` rows; 16 full rows of 64 bytes for the weight tiles.
+TileConfig tile_config(int rows) {
+  TileConfig config;
+  for (int t = 0; t < 8; ++t) config.rows[t] = t < 6 ? rows : 16, config.bytes_per_row[t] = 64;
+  return config;
+}
+
+void prefetch_lines(const char* p, int64_t bytes) {
+  for (int64_t offset = 0; offset < bytes; offset += 64) _mm_prefetch(p + offset, _MM_HINT_T1);
+}
+
+// sums [rows][16] float32 (+ bias) -> y's 16 columns from col (fewer where n ends), rounded to bfloat16.
+void store_tile(const float* sums, int rows, const bf16_t* bias, int64_t col, int64_t n, bf16_t* y) {
+  const __mmask16 mask = static_cast<__mmask16>((1u << std::min<int64_t>(16, n - col)) - 1);
+  __m512 b = _mm512_setzero_ps();
+  if (bias != nullptr)
+    b = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, bias + col)), 16));
+  for (int r = 0; r < rows; ++r) {
+    const __m256bh out = _mm512_cvtneps_pbh(_mm512_add_ps(_mm512_loadu_ps(sums + r * 16), b));
+    _mm256_mask_storeu_epi16(y + r * n + col, mask, reinterpret_cast<__m256i>(out));
+  }
+}
+
+using Sums = float[4][kAmxTileRows * kAmxPanelCols];
+
+// kRows row tiles of x (from x_bytes, rows x_stride bytes apart) times kPanels panels (from panel, panel_bytes
+// apart) into sums, requesting `next` (an item of two panels, or null) into the cache on the way.
+template <int kRows, int kPanels>
+void multiply_tiles(const char* x_bytes, int64_t x_stride, int64_t steps, const char* panel, int64_t panel_bytes,
+                    const char* next, Sums& sums) {
+  _tile_zero(0);
+  if constexpr (kPanels > 1) _tile_zero(1);
+  if constexpr (kRows > 1) _tile_zero(2);
+  if constexpr (kRows > 1 && kPanels > 1) _tile_zero(3);
+  for (int64_t s = 0; s < steps; ++s) {
+    if (next != nullptr) prefetch_lines(next + s * 2 * kTileBytes, 2 * kTileBytes);
+    const char* a = x_bytes + s * kAmxDepth * 2;
+    _tile_loadd(4, a, x_stride);
+    _tile_loadd(6, panel + s * kTileBytes, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (kPanels > 1) {
+      _tile_loadd(7, panel + panel_bytes + s * kTileBytes, 64);
+      _tile_dpbf16ps(1, 4, 7);
+    }
+    if constexpr (kRows > 1) {
+      _tile_loadd(5, a + kAmxTileRows * x_stride, x_stride);
+      _tile_dpbf16ps(2, 5, 6);
+      if constexpr (kPanels > 1) _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, sums[0], 64);
+  if constexpr (kPanels > 1) _tile_stored(1, sums[1], 64);
+  if constexpr (kRows > 1) _tile_stored(2, sums[2], 64);
+  if constexpr (kRows > 1 && kPanels > 1) _tile_stored(3, sums[3], 64);
+}
+
+using MultiplyTiles = void (*)(const char*, int64_t, int64_t, const char*, int64_t, const char*, Sums&);
+constexpr MultiplyTiles kMultiplyTiles[2][2] = {{multiply_tiles<1, 1>, multiply_tiles<1, 2>},
+                                                {multiply_tiles<2, 1>, multiply_tiles<2, 2>}};
+
+}  // namespace
+
+bool has_amx_linear() {
+  // Linux hands out the tile state only to a process that asks for it (arch_prctl ARCH_REQ_XCOMP_PERM, XTILEDATA).
+  static const bool granted = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  return granted;
+}
+
+void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n, bf16_t* y) {
+  // x padded with zero rows to whole tiles when its last tile is partial: the tile loads read 16 rows
+  const int64_t padded_rows = (m + kAmxTileRows - 1) / kAmxTileRows * kAmxTileRows;
+  std::vector<bf16_t> padded;
+  if (padded_rows != m) {
+    padded.assign(padded_rows * k, bf16_t{0});
+    std::memcpy(padded.data(), x, m * k * sizeof(bf16_t));
+    x = padded.data();
+  }
+  const int64_t num_panels = (n + kAmxPanelCols - 1) / kAmxPanelCols, num_items = (num_panels + 1) / 2;
+  const int64_t steps = k / kAmxDepth, panel_bytes = steps * kTileBytes, x_stride = k * 2;
+  const char* base = reinterpret_cast<const char*>(panels);
+  // one tile shape for the whole call: 16 rows (x padded to whole tiles), or all of them below 16
+  const TileConfig config = tile_config(static_cast<int>(std::min<int64_t>(m, kAmxTileRows)));
+  on_shared_counter(num_items, [&](std::atomic<int64_t>& next) {
+    _tile_loadconfig(&config);
+    alignas(64) Sums sums;
+    for (int64_t item = next++; item < num_items;) {
+      const int64_t after = next++;
+      const int64_t panel0 = 2 * item, item_panels = std::min<int64_t>(2, num_panels - panel0);
+      for (int64_t row0 = 0; row0 < m; row0 += kItemRows) {
+        const int64_t rows = std::min(kItemRows, m - row0), row_tiles = (rows + kAmxTileRows - 1) / kAmxTileRows;
+        const char* prefetch = row0 == 0 && after < num_items ? base + 2 * after * panel_bytes : nullptr;
+        kMultiplyTiles[row_tiles - 1][item_panels - 1](reinterpret_cast<const char*>(x + row0 * k), x_stride, steps,
+                                                       base + panel0 * panel_bytes, panel_bytes, prefetch, sums);
+        for (int64_t i = 0; i < row_tiles; ++i)
+          for (int64_t j = 0; j < item_panels; ++j)
+            store_tile(sums[2 * i + j], static_cast<int>(std::min(kAmxTileRows, rows - i * kAmxTileRows)), bias,
+                       (panel0 + j) * kAmxPanelCols, n, y + (row0 + i * kAmxTileRows) * n);
+      }
+      item = after;
+    }
+    _tile_release();
+  });
+}
+
+#else
+
+bool has_amx_linear() { return false; }
+
+void amx_linear(const bf16_t*, int64_t, int64_t, const bf16_t*, const bf16_t*, int64_t, bf16_t*) {}
+
+#endif
+
+}  // namespace pagedllm
