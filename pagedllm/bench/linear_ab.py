@@ -4,9 +4,10 @@
     python -m pagedllm.bench.linear_ab --builds A.so B.so A.so B.so [--repeats 15] ...
 
 Builds `--layers` layers of distinct random weights of the default model's projection shapes (fused
-q/k/v, o, fused gate/up, down), packs each both ways, and times one pass over all of them per batch of
-rows, the two matmuls in alternation: with 30 layers the weights (425 MB in float32) far exceed the
-caches, so every pass reads them from memory as a decode step does. Prints the best GFLOP/s of each.
+q/k/v, o, fused gate/up, down), packs each both ways (bfloat16 on a CPU with AMX: a third way, for
+pagedllm's AMX matmul), and times one pass over all of them per batch of rows, the matmuls in turn: with
+30 layers the weights (425 MB in float32) far exceed most caches, so every pass reads them from memory
+as a decode step does. Prints the best GFLOP/s of each.
 With --builds it times pagedllm's matmul in several builds of the kernels instead (`pagedllm_cpu_<key>.so`
 files, as for kernel_ab), one pass of each in turn per repeat, and prints each build's median GFLOP/s.
 Needs the compiled kernels and a CPU the kernel covers (AVX-512 or AVX2; AVX512-BF16 for bfloat16). Not a
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     weights = layer_weights(args.layers, dtype)
     onednn = [packed_weight(w) for w in weights]
     ours = [kernels.pack_linear(w) for w in weights]
+    amx = [kernels.pack_amx_linear(w) for w in weights] if dtype == torch.bfloat16 and kernels.has_amx_linear() else []
     print(f"{args.dtype}, {args.threads} threads, {args.layers} layers; best GFLOP/s of {args.repeats} passes")
     for rows in args.rows:
         inputs, flop = layer_inputs(rows, dtype), 2 * rows * sum(w.numel() for w in weights)
@@ -56,8 +58,16 @@ def main(argv: list[str] | None = None) -> int:
             for w, p in zip(weights, ours):
                 kernels.linear(inputs[w.shape[1]], p, None, w.shape[0])
 
+        def run_amx() -> None:
+            for w, p in zip(weights, amx):
+                kernels.amx_linear(inputs[w.shape[1]], p, None, w.shape[0])
+
         a, b = best_rate(run_onednn, flop, args.repeats), best_rate(run_ours, flop, args.repeats)
-        print(f"rows {rows:5d}   oneDNN {a:6.0f}   pagedllm {b:6.0f}   x{b / a:.2f}")
+        line = f"rows {rows:5d}   oneDNN {a:6.0f}   pagedllm {b:6.0f}   x{b / a:.2f}"
+        if amx:  # pagedllm's AMX matmul (bfloat16 on a CPU with AMX)
+            c = best_rate(run_amx, flop, args.repeats)
+            line += f"   pagedllm AMX {c:6.0f}   x{c / a:.2f}"
+        print(line)
     return 0
 
 

@@ -286,7 +286,8 @@ torch::Tensor amx_linear_op(const torch::Tensor& x, const torch::Tensor& panels,
   torch::Tensor y = torch::empty({x.size(0), out_features}, x.options());
   if (x.size(0) > 0)
     amx_linear(static_cast<const bf16_t*>(x.data_ptr()), x.size(0), k, static_cast<const bf16_t*>(panels.data_ptr()),
-               bias ? static_cast<const bf16_t*>(bias->data_ptr()) : nullptr, out_features, static_cast<bf16_t*>(y.data_ptr()));
+               bias ? static_cast<const bf16_t*>(bias->data_ptr()) : nullptr, out_features,
+               static_cast<bf16_t*>(y.data_ptr()));
   return y;
 }
 

@@ -26,3 +26,16 @@ def test_linear_ab_compares_builds(capsys: pytest.CaptureFixture[str]) -> None:
     line = capsys.readouterr().out.splitlines()[-1]
     match = re.fullmatch(r"rows +3 +(\d+\.\d) +(\d+\.\d)", line)
     assert match and all(float(rate) > 0 for rate in match.groups())
+
+
+def has_amx_matmul() -> bool:
+    kernels = linear_kernels(torch.bfloat16)
+    return kernels is not None and kernels.has_amx_linear()
+
+
+@pytest.mark.skipif(not has_amx_matmul(), reason="no AMX matmul here (it needs a CPU with AMX-BF16)")
+def test_linear_ab_adds_the_amx_matmul_in_bfloat16(capsys: pytest.CaptureFixture[str]) -> None:
+    assert linear_ab.main(["--dtype", "bfloat16", "--layers", "1", "--rows", "3", "--repeats", "1", "--threads", "1"]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    match = re.fullmatch(r"rows +3 +oneDNN +(\d+) +pagedllm +(\d+) +x\d+\.\d\d +pagedllm AMX +(\d+) +x\d+\.\d\d", line)
+    assert match and all(int(rate) > 0 for rate in match.groups())
