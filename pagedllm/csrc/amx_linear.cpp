@@ -1,9 +1,11 @@
 // The bfloat16 matmul on AMX tiles. A tile product multiplies 16 rows of x by 32 inputs of 16 outputs into 16 x 16
-// float32 sums in one instruction, so a decode step's few dozen rows cost next to nothing to multiply and the
-// step is bound by streaming the weights: each packed panel (16 outputs, all inputs) is read once per call, its
-// tiles loaded in turn and multiplied by up to four row tiles of x (64 rows) held in four accumulator tiles.
-// Threads take panels from a shared counter and request the next panel they will take while they multiply this
-// one. Batches of more than 64 rows go over the panel again for each further 64 rows, from the cache.
+// float32 sums in one instruction, so a decode step's few dozen rows cost little to multiply and the step is
+// bound by streaming the weights. A weight is packed into panels of 16 outputs, each the 1 KB tiles of its
+// 32-input steps in order. Threads take two panels at a time from a shared counter and multiply them by 32 rows
+// of x at a time (two row tiles, four tiles of sums), so that each tile loaded feeds two products; a batch of
+// more rows goes over the same two panels again, from the cache. The panels are read in order, and the
+// hardware prefetcher keeps up: requesting each thread's next pair of panels during this one was 10-19%
+// slower at 8-64 rows (docs/models.md).
 #include "amx_linear.h"
 
 #include <algorithm>
@@ -60,10 +62,6 @@ TileConfig tile_config(int rows) {
   return config;
 }
 
-void prefetch_lines(const char* p, int64_t bytes) {
-  for (int64_t offset = 0; offset < bytes; offset += 64) _mm_prefetch(p + offset, _MM_HINT_T1);
-}
-
 // sums [rows][16] float32 (+ bias) -> y's 16 columns from col (fewer where n ends), rounded to bfloat16.
 void store_tile(const float* sums, int rows, const bf16_t* bias, int64_t col, int64_t n, bf16_t* y) {
   const __mmask16 mask = static_cast<__mmask16>((1u << std::min<int64_t>(16, n - col)) - 1);
@@ -79,16 +77,15 @@ void store_tile(const float* sums, int rows, const bf16_t* bias, int64_t col, in
 using Sums = float[4][kAmxTileRows * kAmxPanelCols];
 
 // kRows row tiles of x (from x_bytes, rows x_stride bytes apart) times kPanels panels (from panel, panel_bytes
-// apart) into sums, requesting `next` (an item of two panels, or null) into the cache on the way.
+// apart) into sums.
 template <int kRows, int kPanels>
 void multiply_tiles(const char* x_bytes, int64_t x_stride, int64_t steps, const char* panel, int64_t panel_bytes,
-                    const char* next, Sums& sums) {
+                    Sums& sums) {
   _tile_zero(0);
   if constexpr (kPanels > 1) _tile_zero(1);
   if constexpr (kRows > 1) _tile_zero(2);
   if constexpr (kRows > 1 && kPanels > 1) _tile_zero(3);
   for (int64_t s = 0; s < steps; ++s) {
-    if (next != nullptr) prefetch_lines(next + s * 2 * kTileBytes, 2 * kTileBytes);
     const char* a = x_bytes + s * kAmxDepth * 2;
     _tile_loadd(4, a, x_stride);
     _tile_loadd(6, panel + s * kTileBytes, 64);
@@ -109,7 +106,7 @@ void multiply_tiles(const char* x_bytes, int64_t x_stride, int64_t steps, const 
   if constexpr (kRows > 1 && kPanels > 1) _tile_stored(3, sums[3], 64);
 }
 
-using MultiplyTiles = void (*)(const char*, int64_t, int64_t, const char*, int64_t, const char*, Sums&);
+using MultiplyTiles = void (*)(const char*, int64_t, int64_t, const char*, int64_t, Sums&);
 constexpr MultiplyTiles kMultiplyTiles[2][2] = {{multiply_tiles<1, 1>, multiply_tiles<1, 2>},
                                                 {multiply_tiles<2, 1>, multiply_tiles<2, 2>}};
 
@@ -135,24 +132,22 @@ void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, con
   const char* base = reinterpret_cast<const char*>(panels);
   // one tile shape for the whole call: 16 rows (x padded to whole tiles), or all of them below 16
   const TileConfig config = tile_config(static_cast<int>(std::min<int64_t>(m, kAmxTileRows)));
-  on_shared_counter(num_items, [&](std::atomic<int64_t>& next) {
-    _tile_loadconfig(&config);
-    alignas(64) Sums sums;
-    for (int64_t item = next++; item < num_items;) {
-      const int64_t after = next++;
-      const int64_t panel0 = 2 * item, item_panels = std::min<int64_t>(2, num_panels - panel0);
-      for (int64_t row0 = 0; row0 < m; row0 += kItemRows) {
-        const int64_t rows = std::min(kItemRows, m - row0), row_tiles = (rows + kAmxTileRows - 1) / kAmxTileRows;
-        const char* prefetch = row0 == 0 && after < num_items ? base + 2 * after * panel_bytes : nullptr;
-        kMultiplyTiles[row_tiles - 1][item_panels - 1](reinterpret_cast<const char*>(x + row0 * k), x_stride, steps,
-                                                       base + panel0 * panel_bytes, panel_bytes, prefetch, sums);
-        for (int64_t i = 0; i < row_tiles; ++i)
-          for (int64_t j = 0; j < item_panels; ++j)
-            store_tile(sums[2 * i + j], static_cast<int>(std::min(kAmxTileRows, rows - i * kAmxTileRows)), bias,
-                       (panel0 + j) * kAmxPanelCols, n, y + (row0 + i * kAmxTileRows) * n);
-      }
-      item = after;
+  auto multiply_item = [&](int64_t item, Sums& sums) {
+    const int64_t panel0 = 2 * item, item_panels = std::min<int64_t>(2, num_panels - panel0);
+    for (int64_t row0 = 0; row0 < m; row0 += kItemRows) {
+      const int64_t rows = std::min(kItemRows, m - row0), row_tiles = (rows + kAmxTileRows - 1) / kAmxTileRows;
+      kMultiplyTiles[row_tiles - 1][item_panels - 1](reinterpret_cast<const char*>(x + row0 * k), x_stride, steps,
+                                                     base + panel0 * panel_bytes, panel_bytes, sums);
+      for (int64_t i = 0; i < row_tiles; ++i)
+        for (int64_t j = 0; j < item_panels; ++j)
+          store_tile(sums[2 * i + j], static_cast<int>(std::min(kAmxTileRows, rows - i * kAmxTileRows)), bias,
+                     (panel0 + j) * kAmxPanelCols, n, y + (row0 + i * kAmxTileRows) * n);
     }
+  };
+  on_shared_counter(num_items, [&](std::atomic<int64_t>& next) {
+    _tile_loadconfig(&config);  // the tile shapes are per thread
+    alignas(64) Sums sums;
+    for (int64_t item = next++; item < num_items; item = next++) multiply_item(item, sums);
     _tile_release();
   });
 }
