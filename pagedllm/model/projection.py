@@ -8,8 +8,8 @@
   whichever a first timing on this CPU finds faster (`describe_matmul` says which).
 - bfloat16 on a CPU with AMX: pagedllm's AMX matmul (pagedllm/csrc/amx_linear.cpp) over the weight packed
   into tiles, for batches of up to AMX_OWN_MAX_ROWS rows, and oneDNN's matmul (on AMX too) over a second
-  packing for larger ones: 1.3-2.5x the AVX512-BF16 matmul on decode-sized batches, 3-6x on prefill-sized
-  ones (docs/models.md). An MLP's gate/up then runs as one Projection with the activation applied after it.
+  packing for larger ones: 1.4-2.9x the AVX512-BF16 matmul at 8-64 rows, about 5x on prefill-sized
+  batches (docs/models.md). An MLP's gate/up then runs as one Projection with the activation applied after it.
 - Otherwise oneDNN, the weight reordered into the blocked layout its matmul reads (`_reorder_linear_weight`).
   A weight merely converted to oneDNN's plain layout (`to_mkldnn`) is reordered again on every call: at 32
   rows that measured 133 against 170 GFLOP/s in float32 and 228 against 310 in bfloat16.
@@ -94,7 +94,7 @@ def describe_matmul(dtype: torch.dtype, device: torch.device) -> str:
         return "oneDNN (prepacked)"
     if dtype != torch.bfloat16:
         return "pagedllm's"
-    if amx_kernels(torch.empty(0, 32, dtype=dtype), True) is not None:
+    if has_amx_bf16() and kernels.has_amx_linear():
         return f"pagedllm's on AMX tiles up to {AMX_OWN_MAX_ROWS} rows, oneDNN's (AMX) above"
     return f"pagedllm's, {BF16_PATH_DESCRIPTIONS[kernels.bf16_matmul_path()]}"
 
