@@ -203,6 +203,15 @@ void check_matrix(const torch::Tensor& t, const char* name) {
   TORCH_CHECK(t.dim() == 2 && t.is_contiguous(), name, " must be a contiguous 2-D tensor");
 }
 
+// A matmul's optional bias: a contiguous [size] tensor of x's dtype on the CPU.
+void check_bias(const c10::optional<torch::Tensor>& bias, const torch::Tensor& x, int64_t size) {
+  if (!bias) return;
+  check_cpu(*bias, "bias");
+  TORCH_CHECK(bias->scalar_type() == x.scalar_type() && bias->is_contiguous() && bias->dim() == 1 &&
+                  bias->size(0) == size,
+              "bias must be a contiguous [", size, "] tensor of x's dtype");
+}
+
 bool has_linear_kernel_op(bool bfloat16) { return bfloat16 ? has_linear_kernel<bf16_t>() : has_linear_kernel<float>(); }
 
 // The shape pack_linear gives a weight of n outputs and k inputs: [panels, panel rows, values per row].
@@ -238,12 +247,7 @@ torch::Tensor linear_op(const torch::Tensor& x, const torch::Tensor& panels, con
               "(gated: [2 * out_features, in_features], packed with gated=True)");
   const int64_t bias_size = gated ? 2 * out_features : out_features;
   TORCH_CHECK(panels.size(1) == expected[1] && (!bf16 || k % 2 == 0), "x has ", k, " features, not the weight's");
-  if (bias) {
-    check_cpu(*bias, "bias");
-    TORCH_CHECK(bias->scalar_type() == x.scalar_type() && bias->is_contiguous() && bias->dim() == 1 &&
-                    bias->size(0) == bias_size,
-                "bias must be a contiguous [", bias_size, "] tensor of x's dtype");
-  }
+  check_bias(bias, x, bias_size);
   torch::Tensor y = torch::empty({x.size(0), out_features}, x.options());
   if (x.size(0) == 0) return y;
   if (bf16)
@@ -277,12 +281,7 @@ torch::Tensor amx_linear_op(const torch::Tensor& x, const torch::Tensor& panels,
                   panels.size(1) * kAmxDepth == k,
               "panels must come from pack_amx_linear of an [out_features, in_features] bfloat16 weight, x [rows, "
               "in_features] bfloat16");
-  if (bias) {
-    check_cpu(*bias, "bias");
-    TORCH_CHECK(bias->scalar_type() == x.scalar_type() && bias->is_contiguous() && bias->dim() == 1 &&
-                    bias->size(0) == out_features,
-                "bias must be a contiguous [", out_features, "] tensor of x's dtype");
-  }
+  check_bias(bias, x, out_features);
   torch::Tensor y = torch::empty({x.size(0), out_features}, x.options());
   if (x.size(0) > 0)
     amx_linear(static_cast<const bf16_t*>(x.data_ptr()), x.size(0), k, static_cast<const bf16_t*>(panels.data_ptr()),
