@@ -27,7 +27,7 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
-from pagedllm.kernels import cpu_flags, load_cpu_kernels
+from pagedllm.kernels import load_cpu_kernels
 from pagedllm.model.dtype import has_native_bf16
 
 # Rows up to which pagedllm's AMX matmul runs a bfloat16 batch; oneDNN's (on AMX too) runs larger ones
@@ -50,12 +50,6 @@ PACK_BATCH_HINT = 64
 def packed_weight(weight: torch.Tensor) -> torch.Tensor:
     """weight [out, in] reordered into oneDNN's blocked matmul layout (an opaque mkldnn tensor)."""
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_BATCH_HINT)
-
-
-def has_amx_bf16(flags: list[str] | None = None) -> bool:
-    """Whether the CPU multiplies bfloat16 in AMX tiles (oneDNN uses them when it finds them)."""
-    flags = cpu_flags() if flags is None else flags
-    return "amx_bf16" in flags and "amx_tile" in flags
 
 
 def linear_kernels(dtype: torch.dtype) -> ModuleType | None:
@@ -94,7 +88,7 @@ def describe_matmul(dtype: torch.dtype, device: torch.device) -> str:
         return "oneDNN (prepacked)"
     if dtype != torch.bfloat16:
         return "pagedllm's"
-    if has_amx_bf16() and kernels.has_amx_linear():
+    if amx_matmul_kernels() is not None:
         return f"pagedllm's on AMX tiles up to {AMX_OWN_MAX_ROWS} rows, oneDNN's (AMX) above"
     return f"pagedllm's, {BF16_PATH_DESCRIPTIONS[kernels.bf16_matmul_path()]}"
 
@@ -144,15 +138,19 @@ class AmxWeight:
         return self._kernels.amx_linear(x.contiguous(), self._tiles, self.bias, self.out_features)
 
 
-def amx_kernels(weight: torch.Tensor, pack: bool) -> ModuleType | None:
-    """The compiled kernels if their AMX matmul can run this weight: packing asked for, a bfloat16 weight on a
-    CPU with AMX, a build and OS that allow the tiles, and inputs that fill whole tile steps (32)."""
-    if not pack or weight.device.type != "cpu" or weight.dtype != torch.bfloat16 or not has_amx_bf16():
-        return None
+def amx_matmul_kernels() -> ModuleType | None:
+    """The compiled kernels if they hold the AMX matmul and the OS lets it use the tiles (the kernels are built
+    for this CPU, so the CPU has AMX-BF16)."""
     kernels = load_cpu_kernels()
-    if kernels is None or not kernels.has_amx_linear() or weight.shape[1] % 32 != 0:
+    return kernels if kernels is not None and kernels.has_amx_linear() else None
+
+
+def amx_kernels(weight: torch.Tensor, pack: bool) -> ModuleType | None:
+    """The compiled kernels if their AMX matmul can run this weight: packing asked for, a bfloat16 weight on
+    the CPU, and inputs that fill whole tile steps (32)."""
+    if not pack or weight.device.type != "cpu" or weight.dtype != torch.bfloat16 or weight.shape[1] % 32 != 0:
         return None
-    return kernels
+    return amx_matmul_kernels()
 
 
 class GatedProjection:

@@ -7,7 +7,7 @@ import torch
 
 from pagedllm.bench import linear_ab
 from pagedllm.kernels import load_cpu_kernels
-from pagedllm.model.projection import linear_kernels
+from pagedllm.model.projection import amx_matmul_kernels, linear_kernels
 
 
 @pytest.mark.skipif(linear_kernels(torch.float32) is None, reason="no compiled linear kernel here (needs AVX-512 or AVX2)")
@@ -28,12 +28,7 @@ def test_linear_ab_compares_builds(capsys: pytest.CaptureFixture[str]) -> None:
     assert match and all(float(rate) > 0 for rate in match.groups())
 
 
-def has_amx_matmul() -> bool:
-    kernels = linear_kernels(torch.bfloat16)
-    return kernels is not None and kernels.has_amx_linear()
-
-
-@pytest.mark.skipif(not has_amx_matmul(), reason="no AMX matmul here (it needs a CPU with AMX-BF16)")
+@pytest.mark.skipif(amx_matmul_kernels() is None, reason="no AMX matmul here (it needs a CPU with AMX-BF16)")
 def test_linear_ab_adds_the_amx_matmul_in_bfloat16(capsys: pytest.CaptureFixture[str]) -> None:
     assert linear_ab.main(["--dtype", "bfloat16", "--layers", "1", "--rows", "3", "--repeats", "1", "--threads", "1"]) == 0
     line = capsys.readouterr().out.splitlines()[-1]

@@ -8,13 +8,13 @@ import torch.nn.functional as F
 import pagedllm.model.projection as projection
 from bf16_paths import BF16_PATHS, bf16_matmul_path
 from pagedllm.model.layers import silu_mul
-from pagedllm.model.projection import GatedProjection, Projection, can_pack, has_amx_bf16, linear_kernels
+from pagedllm.model.projection import GatedProjection, Projection, amx_matmul_kernels, can_pack, linear_kernels
 
 @pytest.fixture(autouse=True)
 def own_bf16_matmul(monkeypatch: pytest.MonkeyPatch) -> None:
     """pagedllm's AVX512-BF16 matmul for bfloat16, so that it is tested on a CPU with AMX too (where the AMX
     matmuls take its place); the AMX tests below turn them back on."""
-    monkeypatch.setattr(projection, "has_amx_bf16", lambda: False)
+    monkeypatch.setattr(projection, "amx_matmul_kernels", lambda: None)
 
 
 needs_linear_kernel = pytest.mark.skipif(linear_kernels(torch.float32) is None,
@@ -118,12 +118,7 @@ def test_bf16_weight_with_odd_inputs_stays_on_onednn():
     torch.testing.assert_close(proj(x).float(), F.linear(x, weight).float(), rtol=1e-2, atol=1e-2)
 
 
-def amx_linear_kernels():
-    kernels = linear_kernels(torch.bfloat16)
-    return kernels if kernels is not None and kernels.has_amx_linear() else None
-
-
-needs_amx = pytest.mark.skipif(amx_linear_kernels() is None, reason="no AMX matmul here (it needs a CPU with AMX-BF16)")
+needs_amx = pytest.mark.skipif(amx_matmul_kernels() is None, reason="no AMX matmul here (it needs a CPU with AMX-BF16)")
 
 
 @needs_amx
@@ -132,7 +127,7 @@ needs_amx = pytest.mark.skipif(amx_linear_kernels() is None, reason="no AMX matm
 @pytest.mark.parametrize("bias", [False, True])
 def test_amx_linear_kernel_equals_linear(rows, out_features, in_features, bias):
     """Panels of 16 outputs taken two at a time: one partial panel, one whole, an odd count with a partial last."""
-    kernels = amx_linear_kernels()
+    kernels = amx_matmul_kernels()
     torch.manual_seed(rows + out_features)
     x = torch.randn(rows, in_features, dtype=torch.bfloat16)
     weight = torch.randn(out_features, in_features, dtype=torch.bfloat16)
@@ -145,7 +140,7 @@ def test_amx_linear_kernel_equals_linear(rows, out_features, in_features, bias):
 
 @needs_amx
 def test_amx_linear_kernel_rejects_mismatched_inputs():
-    kernels = amx_linear_kernels()
+    kernels = amx_matmul_kernels()
     with pytest.raises(RuntimeError, match="multiple of 32"):
         kernels.pack_amx_linear(torch.randn(16, 48, dtype=torch.bfloat16))
     with pytest.raises(RuntimeError, match="bfloat16"):
@@ -164,7 +159,7 @@ def test_amx_linear_kernel_rejects_mismatched_inputs():
 def test_bf16_projections_take_amx_where_the_cpu_has_it(monkeypatch: pytest.MonkeyPatch, rows):
     """pagedllm's AMX matmul up to AMX_OWN_MAX_ROWS rows, oneDNN's above; the MLP's gate/up applies the caller's
     activation to the matmul's [T, 2 I]."""
-    monkeypatch.setattr(projection, "has_amx_bf16", lambda: True)
+    monkeypatch.setattr(projection, "amx_matmul_kernels", amx_matmul_kernels)  # the AMX matmuls back on
     torch.manual_seed(rows)
     weight, bias = torch.randn(96, 64, dtype=torch.bfloat16), torch.randn(96, dtype=torch.bfloat16)
     gate_up = (torch.randn(2 * 40, 64) / 8).to(torch.bfloat16)
@@ -183,17 +178,11 @@ def test_bf16_projections_take_amx_where_the_cpu_has_it(monkeypatch: pytest.Monk
 
 @needs_amx
 def test_bf16_weights_whose_inputs_do_not_fill_amx_tiles_keep_the_other_matmul(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(projection, "has_amx_bf16", lambda: True)
+    monkeypatch.setattr(projection, "amx_matmul_kernels", amx_matmul_kernels)  # the AMX matmuls back on
     weight, x = torch.randn(20, 48, dtype=torch.bfloat16), torch.randn(5, 48, dtype=torch.bfloat16)
     proj = Projection(weight, None, pack=True)
     assert proj._amx is None and proj._kernels is not None
     torch.testing.assert_close(proj(x).float(), F.linear(x.float(), weight.float()), rtol=2**-8, atol=1e-2)
-
-
-def test_amx_needs_both_of_its_flags():
-    assert has_amx_bf16(["avx512f", "amx_bf16", "amx_tile"])
-    assert not has_amx_bf16(["avx512f", "avx512_bf16", "amx_tile"])
-    assert not has_amx_bf16(["amx_bf16"])
 
 
 def test_only_float_weights_on_the_cpu_use_the_linear_kernel():
