@@ -13,14 +13,8 @@
 #include <cstring>
 #include <vector>
 
+#include "amx_tiles.h"
 #include "parallel.h"
-
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
-#define PAGEDLLM_AMX 1
-#include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
 
 namespace pagedllm {
 
@@ -43,24 +37,7 @@ namespace {
 
 // Tiles: sums 0-3 (row tile i, panel j in tile 2i + j), x 4-5 (row tiles), weights 6-7 (panels). The tile
 // intrinsics take literal tile numbers.
-constexpr int64_t kTileBytes = 1024;
 constexpr int64_t kItemRows = 2 * kAmxTileRows;  // rows of x per pass over an item's two panels
-
-// The 64-byte operand of ldtilecfg (palette 1).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// Sums and x tiles of `rows` rows; 16 full rows of 64 bytes for the weight tiles.
-TileConfig tile_config(int rows) {
-  TileConfig config;
-  for (int t = 0; t < 8; ++t) config.rows[t] = t < 6 ? rows : 16, config.bytes_per_row[t] = 64;
-  return config;
-}
 
 // sums [rows][16] float32 (+ bias) -> y's 16 columns from col (fewer where n ends), rounded to bfloat16.
 void store_tile(const float* sums, int rows, const bf16_t* bias, int64_t col, int64_t n, bf16_t* y) {
@@ -88,10 +65,10 @@ void multiply_tiles(const char* x_bytes, int64_t x_stride, int64_t steps, const 
   for (int64_t s = 0; s < steps; ++s) {
     const char* a = x_bytes + s * kAmxDepth * 2;
     _tile_loadd(4, a, x_stride);
-    _tile_loadd(6, panel + s * kTileBytes, 64);
+    _tile_loadd(6, panel + s * kAmxTileBytes, 64);
     _tile_dpbf16ps(0, 4, 6);
     if constexpr (kPanels > 1) {
-      _tile_loadd(7, panel + panel_bytes + s * kTileBytes, 64);
+      _tile_loadd(7, panel + panel_bytes + s * kAmxTileBytes, 64);
       _tile_dpbf16ps(1, 4, 7);
     }
     if constexpr (kRows > 1) {
@@ -112,11 +89,7 @@ constexpr MultiplyTiles kMultiplyTiles[2][2] = {{multiply_tiles<1, 1>, multiply_
 
 }  // namespace
 
-bool has_amx_linear() {
-  // Linux hands out the tile state only to a process that asks for it (arch_prctl ARCH_REQ_XCOMP_PERM, XTILEDATA).
-  static const bool granted = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-  return granted;
-}
+bool has_amx_linear() { return amx_tiles_granted(); }
 
 void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n, bf16_t* y) {
   // x padded with zero rows to whole tiles when its last tile is partial: the tile loads read 16 rows
@@ -128,10 +101,11 @@ void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, con
     x = padded.data();
   }
   const int64_t num_panels = (n + kAmxPanelCols - 1) / kAmxPanelCols, num_items = (num_panels + 1) / 2;
-  const int64_t steps = k / kAmxDepth, panel_bytes = steps * kTileBytes, x_stride = k * 2;
+  const int64_t steps = k / kAmxDepth, panel_bytes = steps * kAmxTileBytes, x_stride = k * 2;
   const char* base = reinterpret_cast<const char*>(panels);
   // one tile shape for the whole call: 16 rows (x padded to whole tiles), or all of them below 16
-  const TileConfig config = tile_config(static_cast<int>(std::min<int64_t>(m, kAmxTileRows)));
+  // (sums and x tiles 0-5; the weight tiles 6-7 always have 16 full rows)
+  const TileConfig config = tile_config(static_cast<int>(std::min<int64_t>(m, kAmxTileRows)), 6);
   auto multiply_item = [&](int64_t item, Sums& sums) {
     const int64_t panel0 = 2 * item, item_panels = std::min<int64_t>(2, num_panels - panel0);
     for (int64_t row0 = 0; row0 < m; row0 += kItemRows) {

@@ -4,13 +4,12 @@
 
 #include <cstdint>
 
+#include "amx_tiles.h"
 #include "vec.h"
 
 namespace pagedllm {
 
-constexpr int64_t kAmxTileRows = 16;   // rows of x (and of y) per tile
 constexpr int64_t kAmxPanelCols = 16;  // outputs per packed panel: one tile of 16 float32 sums per row
-constexpr int64_t kAmxDepth = 32;      // inputs per tile product: 16 pairs of bfloat16
 
 // Whether this build has the kernel (a compiler and CPU with AMX-BF16) and the OS lets this process use the
 // tiles (asked once).

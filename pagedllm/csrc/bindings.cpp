@@ -319,6 +319,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "(vdpbf16ps) or 'widen' (weights widened to float32 for FMAs), measured once unless set");
   m.def("set_bf16_matmul_path", &pagedllm::set_bf16_matmul_path_op, "'auto' (measure once), 'dot' or 'widen'",
         py::arg("path"));
+  m.def("has_amx_tiles", &pagedllm::amx_tiles_granted, "whether this build and OS can multiply on AMX tiles");
+  m.def("attention_tiles", &pagedllm::attention_tiles, "whether a bfloat16 cache's many-row attention loops "
+        "multiply on AMX tiles (the build and OS allow them and set_attention_tiles did not turn them off)");
+  m.def("set_attention_tiles", &pagedllm::set_attention_tiles, "allow (default) or forbid AMX tiles in attention",
+        py::arg("on"));
   m.def("has_amx_linear", &pagedllm::has_amx_linear, "whether this build and OS run the bfloat16 AMX matmul");
   m.def("pack_amx_linear", &pagedllm::pack_amx_linear_op, "a bfloat16 [out, in] weight packed into AMX tiles",
         py::arg("weight"));

@@ -21,6 +21,7 @@
 #include "paged_attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -29,6 +30,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "amx_tiles.h"
 #include "bf16_path.h"
 #include "parallel.h"
 #include "vec.h"
@@ -63,6 +65,18 @@ inline fvec pair_dot(fvec acc, uvec a, uvec b) {
 constexpr bool kHasPairDot = false;
 inline fvec pair_dot(fvec acc, uvec, uvec) { return acc; }  // never called: kHasPairDot is false
 #endif
+
+#if defined(PAGEDLLM_AMX)
+constexpr bool kHasTiles = true;
+#else
+constexpr bool kHasTiles = false;
+#endif
+
+// How the many-row loops multiply: float32 FMAs (a bfloat16 cache widened first), vdpbf16ps pair dot products,
+// or AMX tile products (bfloat16 caches where the CPU has AMX and head_dim is a multiple of 32).
+enum class ManyRows { kWiden, kPairDots, kTiles };
+
+std::atomic<bool> tiles_requested{true};
 
 // The pair (lo, hi) of two bfloat16 values as one 32-bit word, lo in the low half (the order in memory).
 inline uint32_t load_pair(const bf16_t* p) {
@@ -260,6 +274,7 @@ struct Scratch {
   // pair dot products (bfloat16): query pairs [dim / 2][padded rows], unscaled; probability pairs of
   // consecutive keys [key / 2][padded rows]; value pairs of consecutive keys [key / 2][dim]
   line_vector<uint32_t> q_pairs, p_pairs, v_pairs;
+  line_vector<bf16_t> v_columns;  // AMX tiles: the V rows of a copy as columns, [dim][copy key]
   line_vector<float> m, l, alpha, limit;  // [padded rows]; limit: the last key position a row may see
   line_vector<unsigned char> kv_copy;  // K rows, then V rows, of the keys being scored (cache dtype)
   const void* rows[kCopyKeys] = {};  // few rows: the K rows of the keys being scored, where they lie in the cache
@@ -270,12 +285,13 @@ struct Scratch {
     kv_copy.resize(copy_bytes);
     q_rows.resize(padded * dim);  // padded: the many-row loops transpose whole blocks of kLanes rows
     q_lanes.resize(dim * padded);
-    scores.resize(std::max(kLaneKeys * padded, kLanes / 2 * kCopyKeys));
+    scores.resize(std::max(kCopyKeys * padded, kLanes / 2 * kCopyKeys));
     acc.resize(padded * dim);
     acc_lanes.resize(dim * padded);
     q_pairs.resize(dim / 2 * padded);
-    p_pairs.resize(kLaneKeys / 2 * padded);
+    p_pairs.resize(kCopyKeys / 2 * padded);
     v_pairs.resize(kLaneKeys / 2 * dim);
+    v_columns.resize(dim * kCopyKeys);
     for (auto* v : {&m, &l, &alpha, &limit}) v->resize(padded);
   }
 };
@@ -287,9 +303,9 @@ __attribute__((noinline)) Scratch& thread_scratch() {
   return s;
 }
 
-// One instantiation per cache dtype T, head dim (kChunks vectors) and, for bfloat16, whether the many-row loops
-// multiply pairs with vdpbf16ps (kPairDots) or widen to float32 first (bf16_path() picks).
-template <typename T, int kChunks, bool kPairDots>
+// One instantiation per cache dtype T, head dim (kChunks vectors) and, for bfloat16, how the many-row loops
+// multiply (attention_tiles() and bf16_path() pick).
+template <typename T, int kChunks, ManyRows kMode>
 class Kernel {
  public:
   static constexpr int64_t kDim = kChunks * kLanes;
@@ -304,7 +320,11 @@ class Kernel {
   static constexpr int64_t kMaxScoreVecs = 3, kPassKeys = 4, kPassDims = 4;
 #endif
   static constexpr int64_t kScoreRows = 4;     // few-row scores: rows sharing each key load
-  static constexpr bool kPairs = std::is_same_v<T, bf16_t> && kHasPairDot && kPairDots;  // many-row loops on pair dots
+  static constexpr bool kPairs = std::is_same_v<T, bf16_t> && kHasPairDot && kMode == ManyRows::kPairDots;
+  static constexpr bool kTiles =
+      std::is_same_v<T, bf16_t> && kHasTiles && kMode == ManyRows::kTiles && kDim % kAmxDepth == 0;
+  // keys per softmax step of many rows: on tiles a whole copy, which halves the output tiles' loads and stores
+  static constexpr int64_t kManyRowKeys = kTiles ? kCopyKeys : kLaneKeys;
 
   explicit Kernel(const PagedAttentionArgs& a)
       : a_(a), group_(group_size(a)), cache_(static_cast<const T*>(a.kv_cache)),
@@ -357,8 +377,9 @@ class Kernel {
     Scratch& s = thread_scratch();
     s.resize(num_rows, width, kDim, 2 * kCopyKeys * kDim * static_cast<int64_t>(sizeof(T)));
     load_queries(w, part, s, width, lanes);
-    // Few rows take a whole copy of keys at a time (one softmax step per row per copy); many rows half of one.
-    const int64_t step = lanes ? kLaneKeys : kCopyKeys;
+    // Few rows take a whole copy of keys at a time (one softmax step per row per copy); many rows kManyRowKeys.
+    const int64_t step = lanes ? kManyRowKeys : kCopyKeys;
+    if (kTiles && lanes) load_tile_config();
     for (int64_t key0 = key_begin; key0 < key_end; key0 += step) {
       // rows are ordered by position: rows before `first` see no key from key0 on (a shared prefix lies
       // before every member's own positions: all rows see it)
@@ -370,7 +391,12 @@ class Kernel {
                          : next_part != nullptr    ? first_keys(w, *next_part)
                                                    : Keys{};
       load_keys(t, key0, key_begin, key_end, after, s, !lanes);
-      if (lanes) {  // scores [key][row]: rows in vector lanes
+      if (lanes && kTiles) {  // scores [key][row] as for lanes, multiplied on tiles
+        const int64_t first_vec = first / kLanes;
+        score_tiles(s, width, first_vec);
+        softmax_lanes(s, width, first_vec, key0, n);
+        accumulate_tiles(s, width, first_vec, n);
+      } else if (lanes) {  // scores [key][row]: rows in vector lanes
         const int64_t first_vec = first / kLanes;
         score_lanes(s, width, first_vec, n);
         softmax_lanes(s, width, first_vec, key0, n);
@@ -381,6 +407,7 @@ class Kernel {
         accumulate(s, first, num_rows, n);
       }
     }
+    if (kTiles && lanes) release_tiles();
     if (lanes) rows_from_lanes(s, width);
     if (part.slot < 0) {
       write_rows(t, s.acc.data(), s.l.data(), num_rows);
@@ -403,7 +430,7 @@ class Kernel {
       for (int64_t r = 0; r < rows(t); ++r, ++row) {
         s.limit[row] = static_cast<float>(t.first_key_pos + r / group_);
         const T* src = query + token_index(t, r) * a_.query_token_stride + head_index(t, r) * kDim;
-        if constexpr (kPairs) {
+        if constexpr (kPairs || kTiles) {
           if (lanes) {  // pairs of unscaled queries: q_rows is not read
             for (int64_t d = 0; d < kDim; d += 2) s.q_pairs[d / 2 * width + row] = load_pair(src + d);
             continue;
@@ -418,7 +445,7 @@ class Kernel {
       return;
     }
     std::fill(s.acc_lanes.begin(), s.acc_lanes.begin() + kDim * width, 0.0f);
-    if (kPairs) {
+    if (kPairs || kTiles) {
       for (int64_t d = 0; d < kDim; d += 2)
         std::fill(s.q_pairs.begin() + d / 2 * width + num_rows, s.q_pairs.begin() + (d / 2 + 1) * width, 0u);
       return;
@@ -645,7 +672,9 @@ class Kernel {
   }
 
   // Online softmax over keys key0 .. key0+n-1 for a vector of rows at a time; scores become probabilities.
+  // Scores from tiles are unscaled: max(scale x) = scale max(x), so the scale joins at the max and the exponent.
   void softmax_lanes(Scratch& s, int64_t width, int64_t first_vec, int64_t key0, int64_t n) const {
+    const float scale = kTiles ? a_.scale : 1.0f;
     for (int64_t v = first_vec; v < width / kLanes; ++v) {
       const int64_t at = v * kLanes;
       const fvec limit = loadv(s.limit.data() + at);
@@ -664,14 +693,14 @@ class Kernel {
         tile_max = vmax(tile_max, masked);
       }
       const fvec old_max = loadv(s.m.data() + at);
-      const fvec new_max = vmax(old_max, tile_max);
+      const fvec new_max = vmax(old_max, tile_max * scale);
       const fvec shift = new_max == kNegInf ? fvec{} : new_max;  // a row with no key yet stays empty
       const fvec alpha = fast_exp(old_max - shift);
       fvec sum{};
       for (int64_t j = 0; j < n; ++j) {
         float* p = s.scores.data() + j * width + at;
-        fvec e = fast_exp(loadv(p) - shift);
-        if (kPairs) e = round_to_bf16(e);  // the value loop multiplies them as bfloat16: l sums the same
+        fvec e = fast_exp(loadv(p) * scale - shift);
+        if (kPairs || kTiles) e = round_to_bf16(e);  // the value loop multiplies them as bfloat16: l sums the same
         storev(p, e);
         sum += e;
       }
@@ -726,14 +755,17 @@ class Kernel {
   // of a vector of rows together and each value element broadcast (the transpose of `accumulate`: every load
   // feeds several FMAs, where there one value slice feeds as many FMAs as rows it holds in registers).
   void accumulate_lanes(Scratch& s, int64_t width, int64_t first_vec, int64_t n) const {
-    if constexpr (kPairs) make_pairs(s, width, first_vec, n);
+    if constexpr (kPairs) {
+      make_probability_pairs(s, width, first_vec, n, n);
+      make_value_pairs(s, n);
+    }
     for_row_vectors(width, first_vec, [&](auto vecs, int64_t vec) {
       accumulate_lanes_block<decltype(vecs)::value>(s, width, vec, n);
     });
   }
 
   // kPassDims dims x kVecs row vectors per pass; with pair dot products a step takes two consecutive keys
-  // (their probability pairs per row times a broadcast pair of value elements, from make_pairs).
+  // (their probability pairs per row times a broadcast pair of value elements, from make_*_pairs).
   template <int kVecs>
   void accumulate_lanes_block(Scratch& s, int64_t width, int64_t vec, int64_t n) const {
     float* acc = s.acc_lanes.data() + vec * kLanes;
@@ -771,16 +803,21 @@ class Kernel {
     }
   }
 
-  // Pairs of consecutive keys for the pair dot products: their probabilities, per row, and their values,
-  // per dim; a missing last partner (odd n) is zero.
-  void make_pairs(Scratch& s, int64_t width, int64_t first_vec, int64_t n) const {
-    for (int64_t j = 0; j < n; j += 2) {
-      const bool partner = j + 1 < n;
+  // Pairs of consecutive keys' probabilities, per row, for keys [0, keys): [key / 2][row]; keys from n on
+  // (a missing last partner, the rest of a tile) are zero.
+  static void make_probability_pairs(Scratch& s, int64_t width, int64_t first_vec, int64_t n, int64_t keys) {
+    for (int64_t j = 0; j < keys; j += 2)
       for (int64_t v = first_vec; v < width / kLanes; ++v) {
         const float* p = s.scores.data() + j * width + v * kLanes;
-        const uvec pair = pair_up(loadv(p), partner ? loadv(p + width) : fvec{});
+        const uvec pair = pair_up(j < n ? loadv(p) : fvec{}, j + 1 < n ? loadv(p + width) : fvec{});
         std::memcpy(s.p_pairs.data() + j / 2 * width + v * kLanes, &pair, sizeof pair);
       }
+  }
+
+  // Pairs of consecutive keys' values, per dim, for the pair dot products; a missing last partner (odd n) is zero.
+  void make_value_pairs(Scratch& s, int64_t n) const {
+    for (int64_t j = 0; j < n; j += 2) {
+      const bool partner = j + 1 < n;
       for (int64_t c = 0; c < kChunks; ++c) {
         const fvec lo = loadv(value_row(s, j) + c * kLanes);
         const uvec pair = pair_up(lo, partner ? loadv(value_row(s, j + 1) + c * kLanes) : fvec{});
@@ -788,6 +825,132 @@ class Kernel {
       }
     }
   }
+
+
+#if defined(PAGEDLLM_AMX)
+  // Many rows on AMX tiles, every tile 16 rows of 64 bytes. Scores: tiles 0-3 the sums of a copy's four runs of
+  // 16 keys, 4 and 6 their K rows in turn, 5 the query pairs. Values: tiles 0-3 four 16-dim slices of the output,
+  // 4 and 6 value columns in turn, 5 and 7 the probability pairs of the copy's two halves.
+  static void load_tile_config() {
+    static const TileConfig config = tile_config(kAmxTileRows);
+    _tile_loadconfig(&config);
+  }
+  static void release_tiles() { _tile_release(); }
+
+  // scores [key][row] = K Q^T (unscaled) for every key of the copy (past n the copy's stale rows: never read),
+  // a vector of rows at a time: each K tile is one run of 16 keys x 32 dims as the copy holds them, and each
+  // query tile 16 dim pairs x the vector's 16 rows.
+  void score_tiles(Scratch& s, int64_t width, int64_t first_vec) const {
+    static_assert(kCopyKeys == 4 * kAmxTileRows, "a copy is four runs of 16 keys");
+    const char* keys = reinterpret_cast<const char*>(s.keys);
+    const int64_t key_bytes = kDim * 2, run_bytes = kAmxTileRows * key_bytes, width_bytes = width * 4;
+    for (int64_t v = first_vec; v < width / kLanes; ++v) {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t c = 0; c < kDim / kAmxDepth; ++c) {
+        const char* k = keys + c * kAmxDepth * 2;
+        _tile_loadd(5, s.q_pairs.data() + c * kAmxDepth / 2 * width + v * kLanes, width_bytes);
+        _tile_loadd(4, k, key_bytes);
+        _tile_dpbf16ps(0, 4, 5);
+        _tile_loadd(6, k + run_bytes, key_bytes);
+        _tile_dpbf16ps(1, 6, 5);
+        _tile_loadd(4, k + 2 * run_bytes, key_bytes);
+        _tile_dpbf16ps(2, 4, 5);
+        _tile_loadd(6, k + 3 * run_bytes, key_bytes);
+        _tile_dpbf16ps(3, 6, 5);
+      }
+      float* scores = s.scores.data() + v * kLanes;
+      _tile_stored(0, scores, width_bytes);
+      _tile_stored(1, scores + kAmxTileRows * width, width_bytes);
+      _tile_stored(2, scores + 2 * kAmxTileRows * width, width_bytes);
+      _tile_stored(3, scores + 3 * kAmxTileRows * width, width_bytes);
+    }
+  }
+
+  // acc_lanes [dim][row] = alpha acc_lanes + V^T P over the copy's keys: value columns (keys past n zero) times
+  // probability pairs (zero past n), four 16-dim slices of a vector of rows at a time.
+  void accumulate_tiles(Scratch& s, int64_t width, int64_t first_vec, int64_t n) const {
+    make_value_columns(s, n);
+    make_probability_pairs(s, width, first_vec, n, kCopyKeys);
+    const int64_t width_bytes = width * 4, column_bytes = kCopyKeys * 2, half = kCopyKeys / 2;
+    const bf16_t* columns = s.v_columns.data();
+    for (int64_t v = first_vec; v < width / kLanes; ++v) {
+      rescale_outputs(s, width, v);
+      _tile_loadd(5, s.p_pairs.data() + v * kLanes, width_bytes);
+      _tile_loadd(7, s.p_pairs.data() + half / 2 * width + v * kLanes, width_bytes);
+      for (int64_t d0 = 0; d0 < kDim; d0 += 4 * kAmxTileRows) {
+        float* acc = s.acc_lanes.data() + d0 * width + v * kLanes;
+        const bf16_t* col = columns + d0 * kCopyKeys;
+        const int64_t slice = kAmxTileRows * width, col_slice = kAmxTileRows * kCopyKeys;
+        _tile_loadd(0, acc, width_bytes);
+        _tile_loadd(4, col, column_bytes);
+        _tile_dpbf16ps(0, 4, 5);
+        _tile_loadd(6, col + half, column_bytes);
+        _tile_dpbf16ps(0, 6, 7);
+        _tile_stored(0, acc, width_bytes);
+        if constexpr (kDim >= 2 * kAmxTileRows) {
+          _tile_loadd(1, acc + slice, width_bytes);
+          _tile_loadd(4, col + col_slice, column_bytes);
+          _tile_dpbf16ps(1, 4, 5);
+          _tile_loadd(6, col + col_slice + half, column_bytes);
+          _tile_dpbf16ps(1, 6, 7);
+          _tile_stored(1, acc + slice, width_bytes);
+        }
+        if constexpr (kDim >= 4 * kAmxTileRows) {
+          _tile_loadd(2, acc + 2 * slice, width_bytes);
+          _tile_loadd(4, col + 2 * col_slice, column_bytes);
+          _tile_dpbf16ps(2, 4, 5);
+          _tile_loadd(6, col + 2 * col_slice + half, column_bytes);
+          _tile_dpbf16ps(2, 6, 7);
+          _tile_stored(2, acc + 2 * slice, width_bytes);
+          _tile_loadd(3, acc + 3 * slice, width_bytes);
+          _tile_loadd(4, col + 3 * col_slice, column_bytes);
+          _tile_dpbf16ps(3, 4, 5);
+          _tile_loadd(6, col + 3 * col_slice + half, column_bytes);
+          _tile_dpbf16ps(3, 6, 7);
+          _tile_stored(3, acc + 3 * slice, width_bytes);
+        }
+      }
+    }
+  }
+
+  // The vector v of rows' outputs times their alpha (skipped where no row's running max moved).
+  static void rescale_outputs(Scratch& s, int64_t width, int64_t v) {
+    const fvec alpha = loadv(s.alpha.data() + v * kLanes);
+    if (_mm512_cmpneq_ps_mask(bit_cast<__m512>(alpha), _mm512_set1_ps(1.0f)) == 0) return;
+    float* acc = s.acc_lanes.data() + v * kLanes;
+    for (int64_t d = 0; d < kDim; ++d) storev(acc + d * width, loadv(acc + d * width) * alpha);
+  }
+
+  // The copy's V rows as columns: v_columns [dim][key] (the tiles' first operand is row-major), keys from n on
+  // zero. 16 keys x 16 dim pairs at a time: a 32-bit transpose puts a dim pair of 16 keys in one vector, whose
+  // low halves are one dim's column and high halves the next's.
+  void make_value_columns(Scratch& s, int64_t n) const {
+    bf16_t* rows = const_cast<bf16_t*>(reinterpret_cast<const bf16_t*>(s.values));
+    if (n < kCopyKeys) std::fill(rows + n * kDim, rows + kCopyKeys * kDim, bf16_t{0});
+    for (int64_t k0 = 0; k0 < kCopyKeys; k0 += kLanes)
+      for (int64_t p0 = 0; p0 < kDim / 2; p0 += kLanes) {
+        fvec x[kLanes];
+        for (int64_t r = 0; r < kLanes; ++r)
+          std::memcpy(&x[r], rows + (k0 + r) * kDim + 2 * p0, sizeof x[r]);
+        transpose(x);
+        for (int64_t r = 0; r < kLanes; ++r) {
+          const __m512i pairs = bit_cast<__m512i>(x[r]);
+          bf16_t* column = s.v_columns.data() + 2 * (p0 + r) * kCopyKeys + k0;
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(column), _mm512_cvtepi32_epi16(pairs));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(column + kCopyKeys),
+                              _mm512_cvtepi32_epi16(_mm512_srli_epi32(pairs, 16)));
+        }
+      }
+  }
+#else
+  static void load_tile_config() {}
+  static void release_tiles() {}
+  void score_tiles(Scratch&, int64_t, int64_t) const {}
+  void accumulate_tiles(Scratch&, int64_t, int64_t, int64_t) const {}
+#endif
 
   static void rows_from_lanes(Scratch& s, int64_t width) {
     for (int64_t d = 0; d < kDim; d += kLanes)
@@ -832,25 +995,30 @@ class Kernel {
   }
 };
 
-template <typename T, bool kPairDots>
+template <typename T, ManyRows kMode>
 void dispatch_head_dim(const PagedAttentionArgs& a) {
   switch (a.head_dim) {
-    case 16: Kernel<T, 16 / kLanes, kPairDots>(a).run(); break;
-    case 32: Kernel<T, 32 / kLanes, kPairDots>(a).run(); break;
-    case 64: Kernel<T, 64 / kLanes, kPairDots>(a).run(); break;
-    case 128: Kernel<T, 128 / kLanes, kPairDots>(a).run(); break;
+    case 16: Kernel<T, 16 / kLanes, kMode>(a).run(); break;
+    case 32: Kernel<T, 32 / kLanes, kMode>(a).run(); break;
+    case 64: Kernel<T, 64 / kLanes, kMode>(a).run(); break;
+    case 128: Kernel<T, 128 / kLanes, kMode>(a).run(); break;
     default: throw std::invalid_argument("paged_attention supports head_dim 16, 32, 64 and 128");
   }
 }
 
 template <typename T>
 void dispatch(const PagedAttentionArgs& a) {
-  if constexpr (std::is_same_v<T, bf16_t> && kHasPairDot)
-    if (bf16_path() == Bf16Path::kDot) return dispatch_head_dim<T, true>(a);
-  dispatch_head_dim<T, false>(a);
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    if (attention_tiles()) return dispatch_head_dim<T, ManyRows::kTiles>(a);  // head_dim 16: widens
+    if (kHasPairDot && bf16_path() == Bf16Path::kDot) return dispatch_head_dim<T, ManyRows::kPairDots>(a);
+  }
+  dispatch_head_dim<T, ManyRows::kWiden>(a);
 }
 
 }  // namespace
+
+void set_attention_tiles(bool on) { tiles_requested = on; }
+bool attention_tiles() { return tiles_requested && amx_tiles_granted(); }
 
 void paged_attention_f32(const PagedAttentionArgs& args) { dispatch<float>(args); }
 void paged_attention_bf16(const PagedAttentionArgs& args) { dispatch<bf16_t>(args); }

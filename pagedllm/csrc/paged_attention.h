@@ -23,6 +23,11 @@ inline bool supports_head_dim(int64_t head_dim) {
   return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
 }
 
+// Whether a bfloat16 cache's many-row loops (prompts, chunks, shared prefixes) multiply on AMX tiles: where the
+// build and OS allow them (amx_tiles_granted) unless turned off. Head dims that are no multiple of 32 widen.
+void set_attention_tiles(bool on);
+bool attention_tiles();
+
 // query, cache and out share one dtype; head_dim must be supported.
 void paged_attention_f32(const PagedAttentionArgs& args);
 void paged_attention_bf16(const PagedAttentionArgs& args);

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attn_helpers import Batch, dense_attention, make_batch
-from bf16_paths import BF16_PATHS, bf16_matmul_path
+from bf16_paths import ATTENTION_PATHS, attention_path
 from compiled_kernels import require_compiled_kernels
 from pagedllm.attention import AttentionMetadata, allocate_kv_caches, paged_attention, write_kv
 from pagedllm.attention.compiled import compiled_attention
@@ -208,18 +208,19 @@ def test_shared_prefix_attended_once_matches_dense(
     check(batch, partition_size)
 
 
-@pytest.mark.parametrize("path", BF16_PATHS)
+@pytest.mark.parametrize("path", ATTENTION_PATHS)
 @pytest.mark.parametrize("group,block_size", [(3, 16), (8, 32)])
 def test_shared_prefix_bfloat16(group: int, block_size: int, path: str) -> None:
-    with bf16_matmul_path(path):
+    with attention_path(path):
         check(forked_batch(block_size, group, 300, torch.bfloat16, seed=group), tol=BF16_TOL)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_nan_in_unused_slots_never_leaks(dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("dtype,path", [(torch.float32, "widen")] + [(torch.bfloat16, p) for p in ATTENTION_PATHS])
+def test_nan_in_unused_slots_never_leaks(dtype: torch.dtype, path: str) -> None:
     """Slots past every sequence's length (tail of the last block, free blocks) hold NaN: a masked key that
     were multiplied by a zero probability would still poison the output (in bfloat16 with AVX512-BF16 too,
-    where the last key of an odd tile is paired with a zero partner, not the next slot)."""
+    where the last key of an odd tile is paired with a zero partner, not the next slot, and on AMX tiles,
+    which multiply whole runs of keys)."""
     batch = make_batch(mixed_specs(21), 8, 2, 16, head_dim=64, dtype=dtype, seed=21)
     used = AttentionMetadata.build(
         batch.meta.block_tables.tolist(), [0] * batch.meta.num_seqs, batch.meta.seq_lens_list, 16
@@ -228,11 +229,21 @@ def test_nan_in_unused_slots_never_leaks(dtype: torch.dtype) -> None:
     unused = torch.ones(flat.shape[2], dtype=torch.bool)
     unused[used] = False
     flat[:, :, unused] = float("nan")
-    out = check(batch, tol=F32_TOL if dtype == torch.float32 else BF16_TOL)
+    with attention_path(path):
+        out = check(batch, tol=F32_TOL if dtype == torch.float32 else BF16_TOL)
     assert torch.isfinite(out).all()
 
 
-@pytest.mark.parametrize("path", BF16_PATHS)  # the many-row loops: vdpbf16ps, or widened to float32 FMAs
+@pytest.mark.parametrize("path", ATTENTION_PATHS)
+@pytest.mark.parametrize("head_dim", [16, 32])
+def test_bfloat16_small_head_dims(head_dim: int, path: str) -> None:
+    """Head dims of one AMX tile depth (32) and below it (16: the many-row loops widen instead)."""
+    batch = make_batch(mixed_specs(head_dim, max_cached=200), 9, 3, 16, head_dim, torch.bfloat16, head_dim)
+    with attention_path(path):
+        check(batch, tol=BF16_TOL)
+
+
+@pytest.mark.parametrize("path", ATTENTION_PATHS)  # the many-row loops: vdpbf16ps, widened to float32, AMX
 @pytest.mark.parametrize("partition_size", [0, 48])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("group,block_size", [(1, 1), (3, 16), (4, 32), (8, 128)])
@@ -241,7 +252,7 @@ def test_bfloat16_cache(group: int, block_size: int, head_dim: int, partition_si
     batch = make_batch(
         mixed_specs(seed, max_cached=700), *heads_for(group), block_size, head_dim, torch.bfloat16, seed
     )
-    with bf16_matmul_path(path):
+    with attention_path(path):
         check(batch, partition_size, BF16_TOL)
 
 
