@@ -88,7 +88,12 @@ void silu_mul(const T* x, T* out, int64_t rows, int64_t width) {
       const T* gate = x + r * 2 * width;
       const T* up = gate + width;
       T* dst = out + r * width;
-      for (int64_t i = 0; i < width; ++i) {
+      int64_t i = 0;
+      for (; i + kLanes <= width; i += kLanes) {  // in vectors: GCC left the bfloat16 loop scalar
+        const fvec g = loadv(gate + i);
+        storev(dst + i, g / (1.0f + fast_exp(-g)) * loadv(up + i));
+      }
+      for (; i < width; ++i) {
         const float g = to_float(gate[i]);
         store(dst + i, g / (1.0f + fast_exp(-g)) * to_float(up[i]));
       }
