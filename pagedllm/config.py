@@ -45,7 +45,7 @@ class EngineConfig:
         0.9, "on CUDA: fraction of the GPU's memory for weights, activations and the KV pool (sizes the pool)"
     )
     max_num_seqs: int = option(64, "most sequences running in one step")
-    max_num_batched_tokens: int = option(1024, "token budget of one step (prefill chunks + decodes)")
+    max_num_batched_tokens: int = option(2048, "token budget of one step (prefill chunks + decodes)")
     max_model_len: int | None = option(None, "longest prompt + output (default: the model's, at most 8192)")
     enable_prefix_caching: bool = option(True, "reuse cached KV blocks of identical prompt prefixes")
     preemption_mode: str = option(
