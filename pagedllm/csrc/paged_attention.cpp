@@ -48,6 +48,9 @@ constexpr int64_t kLaneKeys = 32;
 static_assert(kCopyKeys % kKeyTile == 0 && kCopyKeys % kLaneKeys == 0 && kCopyKeys % kCopyStride == 0,
               "a copy holds whole key tiles and runs");
 constexpr int64_t kRowsPerTile = 48;      // target rows (tokens x group heads) of one tile
+// ... on AMX tiles, where a tile's K and V copies cost more than its products: a prompt's tiles each copy the
+// keys before them, and 4x the rows copy a quarter as much (prefill of 2048 tokens 2.46 -> 2.10 ms a layer)
+constexpr int64_t kAmxRowsPerTile = 192;
 constexpr int64_t kAutoPartition = 256;   // keys per part when splitting for idle threads
 constexpr int64_t kMinSharedKeys = 64;    // the shortest common prefix worth attending once for its sequences
 constexpr int64_t kSharedRows = 96;       // most rows (sequences x group heads) of one shared-prefix part
@@ -130,14 +133,15 @@ struct SharedPrefix {
 };
 
 int64_t group_size(const PagedAttentionArgs& a) { return a.num_heads / a.num_kv_heads; }
-int64_t tokens_per_tile(const PagedAttentionArgs& a) { return std::max<int64_t>(1, kRowsPerTile / group_size(a)); }
+int64_t tokens_per_tile(const PagedAttentionArgs& a, int64_t rows = kRowsPerTile) {
+  return std::max<int64_t>(1, rows / group_size(a));
+}
 int64_t query_len(const PagedAttentionArgs& a, int64_t s) { return a.query_start_loc[s + 1] - a.query_start_loc[s]; }
 int64_t num_cached(const PagedAttentionArgs& a, int64_t s) { return a.seq_lens[s] - query_len(a, s); }
 const int64_t* table_of(const PagedAttentionArgs& a, int64_t s) { return a.block_tables + s * a.block_table_width; }
 
 // tiles[first_tile[s] + h] is sequence s's first tile of KV head h (tiles of one token run, then the next)
-std::vector<Tile> make_tiles(const PagedAttentionArgs& a, std::vector<int64_t>& first_tile) {
-  const int64_t run = tokens_per_tile(a);
+std::vector<Tile> make_tiles(const PagedAttentionArgs& a, int64_t run, std::vector<int64_t>& first_tile) {
   std::vector<Tile> tiles;
   first_tile.assign(a.num_seqs, 0);
   for (int64_t s = 0; s < a.num_seqs; ++s) {
@@ -213,10 +217,12 @@ void add_shared_parts(const PagedAttentionArgs& a, const std::vector<int64_t>& f
   }
 }
 
-WorkList make_work(const PagedAttentionArgs& a) {
+// rows_per_tile: kRowsPerTile, or more (at least as many) on AMX tiles. Sequences short enough for one tile of
+// kRowsPerTile rows are one tile either way, as the shared prefixes' members must be.
+WorkList make_work(const PagedAttentionArgs& a, int64_t rows_per_tile) {
   WorkList w;
   std::vector<int64_t> first_tile;
-  w.tiles = make_tiles(a, first_tile);
+  w.tiles = make_tiles(a, tokens_per_tile(a, rows_per_tile), first_tile);
   add_shared_parts(a, first_tile, w);
   const int64_t partition = choose_partition(a, static_cast<int64_t>(w.tiles.size()));
   const int64_t group = group_size(a);
@@ -323,6 +329,7 @@ class Kernel {
   static constexpr bool kPairs = std::is_same_v<T, bf16_t> && kHasPairDot && kMode == ManyRows::kPairDots;
   static constexpr bool kTiles =
       std::is_same_v<T, bf16_t> && kHasTiles && kMode == ManyRows::kTiles && kDim % kAmxDepth == 0;
+  static constexpr bool kPairBlocks = kDim / 2 % kLanes == 0;  // query pairs in whole transposable blocks
   // keys per softmax step of many rows: on tiles a whole copy, which halves the output tiles' loads and stores
   static constexpr int64_t kManyRowKeys = kTiles ? kCopyKeys : kLaneKeys;
 
@@ -331,7 +338,7 @@ class Kernel {
         value_offset_(a.num_kv_heads * a.num_blocks * a.block_size * kDim) {}
 
   void run() {
-    const WorkList w = make_work(a_);
+    const WorkList w = make_work(a_, kTiles ? kAmxRowsPerTile : kRowsPerTile);
     const int64_t slot_stride = w.max_rows * (kDim + 2);
     // not zeroed: every row a merge reads was written by its part (zeroing it was 0.5-1% of a step)
     const std::unique_ptr<float[]> partials(new float[w.num_slots * slot_stride]);
@@ -431,8 +438,9 @@ class Kernel {
         s.limit[row] = static_cast<float>(t.first_key_pos + r / group_);
         const T* src = query + token_index(t, r) * a_.query_token_stride + head_index(t, r) * kDim;
         if constexpr (kPairs || kTiles) {
-          if (lanes) {  // pairs of unscaled queries: q_rows is not read
-            for (int64_t d = 0; d < kDim; d += 2) s.q_pairs[d / 2 * width + row] = load_pair(src + d);
+          if (lanes) {  // pairs of unscaled queries; whole blocks of them transposed below, from q_rows' memory
+            if constexpr (kPairBlocks) std::memcpy(s.q_rows.data() + row * kDim / 2, src, kDim * sizeof(T));
+            else for (int64_t d = 0; d < kDim; d += 2) s.q_pairs[d / 2 * width + row] = load_pair(src + d);
             continue;
           }
         }
@@ -446,6 +454,15 @@ class Kernel {
     }
     std::fill(s.acc_lanes.begin(), s.acc_lanes.begin() + kDim * width, 0.0f);
     if (kPairs || kTiles) {
+      if constexpr (kPairBlocks) {  // [row][dim / 2] -> [dim / 2][row], padding rows zero
+        float* pair_rows = s.q_rows.data();  // the pairs' bits, moved as floats
+        std::fill(pair_rows + num_rows * kDim / 2, pair_rows + width * kDim / 2, 0.0f);
+        for (int64_t r = 0; r < width; r += kLanes)
+          for (int64_t d = 0; d < kDim / 2; d += kLanes)
+            transpose_block(pair_rows + r * kDim / 2 + d, kDim / 2,
+                            reinterpret_cast<float*>(s.q_pairs.data()) + d * width + r, width);
+        return;
+      }
       for (int64_t d = 0; d < kDim; d += 2)
         std::fill(s.q_pairs.begin() + d / 2 * width + num_rows, s.q_pairs.begin() + (d / 2 + 1) * width, 0u);
       return;
@@ -829,7 +846,7 @@ class Kernel {
 
 #if defined(PAGEDLLM_AMX)
   // Many rows on AMX tiles, every tile 16 rows of 64 bytes. Scores: tiles 0-3 the sums of a copy's four runs of
-  // 16 keys, 4 and 6 their K rows in turn, 5 the query pairs. Values: tiles 0-3 four 16-dim slices of the output,
+  // 16 keys, 4 and 6 their K rows in turn, 5 and 7 query pairs in turn. Values: tiles 0-3 four 16-dim slices of the output,
   // 4 and 6 value columns in turn, 5 and 7 the probability pairs of the copy's two halves.
   static void load_tile_config() {
     static const TileConfig config = tile_config(kAmxTileRows);
@@ -843,23 +860,17 @@ class Kernel {
   void score_tiles(Scratch& s, int64_t width, int64_t first_vec) const {
     static_assert(kCopyKeys == 4 * kAmxTileRows, "a copy is four runs of 16 keys");
     const char* keys = reinterpret_cast<const char*>(s.keys);
-    const int64_t key_bytes = kDim * 2, run_bytes = kAmxTileRows * key_bytes, width_bytes = width * 4;
+    const int64_t width_bytes = width * 4;
     for (int64_t v = first_vec; v < width / kLanes; ++v) {
       _tile_zero(0);
       _tile_zero(1);
       _tile_zero(2);
       _tile_zero(3);
-      for (int64_t c = 0; c < kDim / kAmxDepth; ++c) {
-        const char* k = keys + c * kAmxDepth * 2;
-        _tile_loadd(5, s.q_pairs.data() + c * kAmxDepth / 2 * width + v * kLanes, width_bytes);
-        _tile_loadd(4, k, key_bytes);
-        _tile_dpbf16ps(0, 4, 5);
-        _tile_loadd(6, k + run_bytes, key_bytes);
-        _tile_dpbf16ps(1, 6, 5);
-        _tile_loadd(4, k + 2 * run_bytes, key_bytes);
-        _tile_dpbf16ps(2, 4, 5);
-        _tile_loadd(6, k + 3 * run_bytes, key_bytes);
-        _tile_dpbf16ps(3, 6, 5);
+      for (int64_t c = 0; c < kDim / kAmxDepth; c += 2) {  // query tiles 5 and 7 in turn
+        score_runs<5>(keys + c * kAmxDepth * 2, s.q_pairs.data() + c * kAmxDepth / 2 * width + v * kLanes, width);
+        if (c + 1 < kDim / kAmxDepth)
+          score_runs<7>(keys + (c + 1) * kAmxDepth * 2, s.q_pairs.data() + (c + 1) * kAmxDepth / 2 * width + v * kLanes,
+                        width);
       }
       float* scores = s.scores.data() + v * kLanes;
       _tile_stored(0, scores, width_bytes);
@@ -869,51 +880,85 @@ class Kernel {
     }
   }
 
+  // Sums 0-3 (the copy's four runs of 16 keys) += those runs' K rows at `keys` (32 dims) times query tile kQuery
+  // (5 or 7), loaded from `queries`. (The tile intrinsics write their tile numbers into the instruction text:
+  // they must be literals.)
+  template <int kQuery>
+  static void score_runs(const char* keys, const uint32_t* queries, int64_t width) {
+    constexpr int64_t kKeyBytes = kDim * 2, kRunBytes = kAmxTileRows * kKeyBytes;
+#define PAGEDLLM_SCORE_RUNS(query)                      \
+    _tile_loadd(query, queries, width * 4);             \
+    _tile_loadd(4, keys, kKeyBytes);                    \
+    _tile_dpbf16ps(0, 4, query);                        \
+    _tile_loadd(6, keys + kRunBytes, kKeyBytes);        \
+    _tile_dpbf16ps(1, 6, query);                        \
+    _tile_loadd(4, keys + 2 * kRunBytes, kKeyBytes);    \
+    _tile_dpbf16ps(2, 4, query);                        \
+    _tile_loadd(6, keys + 3 * kRunBytes, kKeyBytes);    \
+    _tile_dpbf16ps(3, 6, query);
+    if constexpr (kQuery == 5) {
+      PAGEDLLM_SCORE_RUNS(5)
+    } else {
+      PAGEDLLM_SCORE_RUNS(7)
+    }
+#undef PAGEDLLM_SCORE_RUNS
+  }
+
   // acc_lanes [dim][row] = alpha acc_lanes + V^T P over the copy's keys: value columns (keys past n zero) times
-  // probability pairs (zero past n), four 16-dim slices of a vector of rows at a time.
+  // probability pairs (zero past n), four 16-dim slices of a vector of rows at a time. The four slices' sums are
+  // independent, so their products are issued in turn: two in a row into one tile wait for each other.
   void accumulate_tiles(Scratch& s, int64_t width, int64_t first_vec, int64_t n) const {
     make_value_columns(s, n);
     make_probability_pairs(s, width, first_vec, n, kCopyKeys);
-    const int64_t width_bytes = width * 4, column_bytes = kCopyKeys * 2, half = kCopyKeys / 2;
-    const bf16_t* columns = s.v_columns.data();
+    const int64_t width_bytes = width * 4;
     for (int64_t v = first_vec; v < width / kLanes; ++v) {
       rescale_outputs(s, width, v);
       _tile_loadd(5, s.p_pairs.data() + v * kLanes, width_bytes);
-      _tile_loadd(7, s.p_pairs.data() + half / 2 * width + v * kLanes, width_bytes);
+      _tile_loadd(7, s.p_pairs.data() + kCopyKeys / 4 * width + v * kLanes, width_bytes);
       for (int64_t d0 = 0; d0 < kDim; d0 += 4 * kAmxTileRows) {
         float* acc = s.acc_lanes.data() + d0 * width + v * kLanes;
-        const bf16_t* col = columns + d0 * kCopyKeys;
-        const int64_t slice = kAmxTileRows * width, col_slice = kAmxTileRows * kCopyKeys;
+        const bf16_t* columns = s.v_columns.data() + d0 * kCopyKeys;
+        const int64_t slice = kAmxTileRows * width;  // floats from one 16-dim slice of acc to the next
         _tile_loadd(0, acc, width_bytes);
-        _tile_loadd(4, col, column_bytes);
-        _tile_dpbf16ps(0, 4, 5);
-        _tile_loadd(6, col + half, column_bytes);
-        _tile_dpbf16ps(0, 6, 7);
-        _tile_stored(0, acc, width_bytes);
-        if constexpr (kDim >= 2 * kAmxTileRows) {
-          _tile_loadd(1, acc + slice, width_bytes);
-          _tile_loadd(4, col + col_slice, column_bytes);
-          _tile_dpbf16ps(1, 4, 5);
-          _tile_loadd(6, col + col_slice + half, column_bytes);
-          _tile_dpbf16ps(1, 6, 7);
-          _tile_stored(1, acc + slice, width_bytes);
-        }
+        _tile_loadd(1, acc + slice, width_bytes);
         if constexpr (kDim >= 4 * kAmxTileRows) {
           _tile_loadd(2, acc + 2 * slice, width_bytes);
-          _tile_loadd(4, col + 2 * col_slice, column_bytes);
-          _tile_dpbf16ps(2, 4, 5);
-          _tile_loadd(6, col + 2 * col_slice + half, column_bytes);
-          _tile_dpbf16ps(2, 6, 7);
-          _tile_stored(2, acc + 2 * slice, width_bytes);
           _tile_loadd(3, acc + 3 * slice, width_bytes);
-          _tile_loadd(4, col + 3 * col_slice, column_bytes);
-          _tile_dpbf16ps(3, 4, 5);
-          _tile_loadd(6, col + 3 * col_slice + half, column_bytes);
-          _tile_dpbf16ps(3, 6, 7);
+        }
+        multiply_value_slices<5>(columns);
+        multiply_value_slices<7>(columns + kCopyKeys / 2);
+        _tile_stored(0, acc, width_bytes);
+        _tile_stored(1, acc + slice, width_bytes);
+        if constexpr (kDim >= 4 * kAmxTileRows) {
+          _tile_stored(2, acc + 2 * slice, width_bytes);
           _tile_stored(3, acc + 3 * slice, width_bytes);
         }
       }
     }
+  }
+
+  // Sums 0-3 (two where the head has only 32 dims) += the 16-dim slices of value columns from `columns` (half a
+  // copy of keys) times probability pairs tile kProbabilities (5 or 7).
+  template <int kProbabilities>
+  static void multiply_value_slices(const bf16_t* columns) {
+    constexpr int64_t kColumnBytes = kCopyKeys * 2, kSlice = kAmxTileRows * kCopyKeys;
+#define PAGEDLLM_VALUE_SLICES(pairs)                        \
+    _tile_loadd(4, columns, kColumnBytes);                  \
+    _tile_dpbf16ps(0, 4, pairs);                            \
+    _tile_loadd(6, columns + kSlice, kColumnBytes);         \
+    _tile_dpbf16ps(1, 6, pairs);                            \
+    if constexpr (kDim >= 4 * kAmxTileRows) {               \
+      _tile_loadd(4, columns + 2 * kSlice, kColumnBytes);   \
+      _tile_dpbf16ps(2, 4, pairs);                          \
+      _tile_loadd(6, columns + 3 * kSlice, kColumnBytes);   \
+      _tile_dpbf16ps(3, 6, pairs);                          \
+    }
+    if constexpr (kProbabilities == 5) {
+      PAGEDLLM_VALUE_SLICES(5)
+    } else {
+      PAGEDLLM_VALUE_SLICES(7)
+    }
+#undef PAGEDLLM_VALUE_SLICES
   }
 
   // The vector v of rows' outputs times their alpha (skipped where no row's running max moved).
