@@ -9,7 +9,8 @@ pagedllm's AMX matmul), and times one pass over all of them per batch of rows, t
 30 layers the weights (425 MB in float32) far exceed most caches, so every pass reads them from memory
 as a decode step does. Prints the best GFLOP/s of each.
 With --builds it times pagedllm's matmul in several builds of the kernels instead (`pagedllm_cpu_<key>.so`
-files, as for kernel_ab), one pass of each in turn per repeat, and prints each build's median GFLOP/s.
+files, as for kernel_ab), one pass of each in turn per repeat, and prints each build's median GFLOP/s;
+with --amx as well, their AMX matmuls.
 Needs the compiled kernels and a CPU the kernel covers (AVX-512 or AVX2; AVX512-BF16 for bfloat16). Not a
 test.
 """
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 8, 32, 64, 128, 512, 1024])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--builds", nargs="+", metavar="SO", help="compare these builds' matmuls instead")
+    parser.add_argument("--amx", action="store_true", help="with --builds: their AMX matmuls (bfloat16)")
     args = parser.parse_args(argv)
     dtype = getattr(torch, args.dtype)
     if args.builds:
@@ -85,14 +87,18 @@ def compare_builds(builds: list[ModuleType], args: argparse.Namespace, dtype: to
     """Median GFLOP/s of each build's matmul over the layers, the builds timed in turn within every repeat."""
     torch.set_num_threads(args.threads)
     weights = layer_weights(args.layers, dtype)
-    packed = [[build.pack_linear(w) for w in weights] for build in builds]
+    if args.amx and dtype != torch.bfloat16:
+        raise SystemExit("--amx compares bfloat16 matmuls: add --dtype bfloat16")
+    pack = "pack_amx_linear" if args.amx else "pack_linear"
+    packed = [[getattr(build, pack)(w) for w in weights] for build in builds]
     print(f"{args.dtype}, {args.threads} threads, {args.layers} layers; median GFLOP/s of {args.repeats} passes")
     for rows in args.rows:
         inputs, flop = layer_inputs(rows, dtype), 2 * rows * sum(w.numel() for w in weights)
 
         def run(build: ModuleType, panels: list[torch.Tensor]) -> None:
+            matmul = build.amx_linear if args.amx else build.linear
             for w, p in zip(weights, panels):
-                build.linear(inputs[w.shape[1]], p, None, w.shape[0])
+                matmul(inputs[w.shape[1]], p, None, w.shape[0])
 
         passes = {str(i): (lambda b=b, p=p: run(b, p)) for i, (b, p) in enumerate(zip(builds, packed))}
         times = time_interleaved(passes, args.repeats)  # ms, after one warm-up pass of each
