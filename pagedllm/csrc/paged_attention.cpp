@@ -9,8 +9,9 @@
 //
 // Two shapes of loop: with half a vector of rows or more (prefill, shared prefixes) rows sit in the lanes
 // of a vector, for the scores, the softmax and the output alike (in bfloat16 with AVX512-BF16, as pair dot
-// products of bfloat16); with fewer (decodes) one dot product per (row, key), the keys of a tile in the
-// lanes. A vector is 16 floats with AVX-512 and 8 with AVX2 (vec.h).
+// products of bfloat16, and with AMX as tile products over whole copies of keys); with fewer (decodes) one dot
+// product per (row, key), the keys of a tile in the lanes. A vector is 16 floats with AVX-512 and 8 with AVX2
+// (vec.h).
 //
 // A prefix of blocks that several sequences' tables share (prefix caching, forks) is attended once for all
 // of their rows together, and each of their tiles then walks only its own keys after it. When there are
@@ -843,11 +844,10 @@ class Kernel {
     }
   }
 
-
 #if defined(PAGEDLLM_AMX)
   // Many rows on AMX tiles, every tile 16 rows of 64 bytes. Scores: tiles 0-3 the sums of a copy's four runs of
-  // 16 keys, 4 and 6 their K rows in turn, 5 and 7 query pairs in turn. Values: tiles 0-3 four 16-dim slices of the output,
-  // 4 and 6 value columns in turn, 5 and 7 the probability pairs of the copy's two halves.
+  // 16 keys, 4 and 6 their K rows in turn, 5 and 7 query pairs in turn. Values: tiles 0-3 four 16-dim slices of
+  // the output, 4 and 6 value columns in turn, 5 and 7 the probability pairs of the copy's two halves.
   static void load_tile_config() {
     static const TileConfig config = tile_config(kAmxTileRows);
     _tile_loadconfig(&config);
