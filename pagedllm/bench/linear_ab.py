@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     weights = layer_weights(args.layers, dtype)
     onednn = [packed_weight(w) for w in weights]
     ours = [kernels.pack_linear(w) for w in weights]
-    amx = [kernels.pack_amx_linear(w) for w in weights] if dtype == torch.bfloat16 and kernels.has_amx_linear() else []
+    amx = [kernels.pack_amx_linear(w) for w in weights] if dtype == torch.bfloat16 and kernels.has_amx_tiles() else []
     print(f"{args.dtype}, {args.threads} threads, {args.layers} layers; best GFLOP/s of {args.repeats} passes")
     for rows in args.rows:
         inputs, flop = layer_inputs(rows, dtype), 2 * rows * sum(w.numel() for w in weights)

@@ -89,8 +89,6 @@ constexpr MultiplyTiles kMultiplyTiles[2][2] = {{multiply_tiles<1, 1>, multiply_
 
 }  // namespace
 
-bool has_amx_linear() { return amx_tiles_granted(); }
-
 void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n, bf16_t* y) {
   // x padded with zero rows to whole tiles when its last tile is partial: the tile loads read 16 rows
   const int64_t padded_rows = (m + kAmxTileRows - 1) / kAmxTileRows * kAmxTileRows;
@@ -127,8 +125,6 @@ void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, con
 }
 
 #else
-
-bool has_amx_linear() { return false; }
 
 void amx_linear(const bf16_t*, int64_t, int64_t, const bf16_t*, const bf16_t*, int64_t, bf16_t*) {}
 

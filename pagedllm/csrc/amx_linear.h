@@ -11,10 +11,6 @@ namespace pagedllm {
 
 constexpr int64_t kAmxPanelCols = 16;  // outputs per packed panel: one tile of 16 float32 sums per row
 
-// Whether this build has the kernel (a compiler and CPU with AMX-BF16) and the OS lets this process use the
-// tiles (asked once).
-bool has_amx_linear();
-
 // w: [n, k] row-major, k a multiple of kAmxDepth -> panels [ceil(n / 16), k / 32, 16, 32]: tile s of panel p
 // holds, in row r, the input pair (2r, 2r + 1) of step s for each of the panel's 16 outputs (zero past n).
 void pack_amx_weight(const bf16_t* w, int64_t n, int64_t k, bf16_t* panels);

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "amx_linear.h"
+#include "amx_tiles.h"
 #include "cache_ops.h"
 #include "layer_ops.h"
 #include "linear.h"
@@ -262,7 +263,7 @@ torch::Tensor linear_op(const torch::Tensor& x, const torch::Tensor& panels, con
 
 torch::Tensor pack_amx_linear_op(const torch::Tensor& weight) {
   check_matrix(weight, "weight");
-  TORCH_CHECK(is_bf16(weight) && has_amx_linear(), "the AMX matmul takes bfloat16 weights, on a CPU with AMX-BF16");
+  TORCH_CHECK(is_bf16(weight) && amx_tiles_granted(), "the AMX matmul takes bfloat16 weights, on a CPU with AMX-BF16");
   const int64_t n = weight.size(0), k = weight.size(1);
   TORCH_CHECK(k % kAmxDepth == 0, "the AMX matmul needs a multiple of ", kAmxDepth, " input features, not ", k);
   torch::Tensor panels = torch::empty({(n + kAmxPanelCols - 1) / kAmxPanelCols, k / kAmxDepth, kAmxDepth / 2,
@@ -324,7 +325,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "multiply on AMX tiles (the build and OS allow them and set_attention_tiles did not turn them off)");
   m.def("set_attention_tiles", &pagedllm::set_attention_tiles, "allow (default) or forbid AMX tiles in attention",
         py::arg("on"));
-  m.def("has_amx_linear", &pagedllm::has_amx_linear, "whether this build and OS run the bfloat16 AMX matmul");
   m.def("pack_amx_linear", &pagedllm::pack_amx_linear_op, "a bfloat16 [out, in] weight packed into AMX tiles",
         py::arg("weight"));
   m.def("amx_linear", &pagedllm::amx_linear_op, "x W^T + bias on AMX tiles over a weight from pack_amx_linear",

@@ -292,7 +292,7 @@ struct Scratch {
     kv_copy.resize(copy_bytes);
     q_rows.resize(padded * dim);  // padded: the many-row loops transpose whole blocks of kLanes rows
     q_lanes.resize(dim * padded);
-    scores.resize(std::max(kCopyKeys * padded, kLanes / 2 * kCopyKeys));
+    scores.resize(kCopyKeys * padded);  // [key][row] many rows, [row][copy key] few (padded >= kLanes rows)
     acc.resize(padded * dim);
     acc_lanes.resize(dim * padded);
     q_pairs.resize(dim / 2 * padded);
@@ -973,7 +973,7 @@ class Kernel {
   // zero. 16 keys x 16 dim pairs at a time: a 32-bit transpose puts a dim pair of 16 keys in one vector, whose
   // low halves are one dim's column and high halves the next's.
   void make_value_columns(Scratch& s, int64_t n) const {
-    bf16_t* rows = const_cast<bf16_t*>(reinterpret_cast<const bf16_t*>(s.values));
+    bf16_t* rows = reinterpret_cast<bf16_t*>(s.kv_copy.data()) + kCopyKeys * kDim;  // a tile step is one whole copy
     if (n < kCopyKeys) std::fill(rows + n * kDim, rows + kCopyKeys * kDim, bf16_t{0});
     for (int64_t k0 = 0; k0 < kCopyKeys; k0 += kLanes)
       for (int64_t p0 = 0; p0 < kDim / 2; p0 += kLanes) {

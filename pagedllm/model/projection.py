@@ -142,7 +142,7 @@ def amx_matmul_kernels() -> ModuleType | None:
     """The compiled kernels if they hold the AMX matmul and the OS lets it use the tiles (the kernels are built
     for this CPU, so the CPU has AMX-BF16)."""
     kernels = load_cpu_kernels()
-    return kernels if kernels is not None and kernels.has_amx_linear() else None
+    return kernels if kernels is not None and kernels.has_amx_tiles() else None
 
 
 def amx_kernels(weight: torch.Tensor, pack: bool) -> ModuleType | None:
