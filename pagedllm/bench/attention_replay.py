@@ -3,8 +3,8 @@
     python -m pagedllm.bench.attention_replay A.so B.so [--workload mixed] [--dtype float32] [engine options]
 
 Runs the workload through the engine; every compiled attention call is made with each build twice, in the
-order A B B A (so that the cache state a call leaves behind favours neither), and the engine goes on with
-the last result. Prints, for decode-only calls and for calls of steps with prompt tokens, the number of
+order A B B A, rotated by one build per call (B A A B next, ...): a call finds the caches warmed by the
+calls before it, so each build takes each place equally often. The engine goes on with the last result. Prints, for decode-only calls and for calls of steps with prompt tokens, the number of
 calls and each build's mean total seconds. The builds are `pagedllm_cpu_<key>.so` files, as for kernel_ab.
 Not a test: the run takes about four times its attention time longer than a plain one.
 """
@@ -31,7 +31,8 @@ class ReplayingKernels:
 
     def paged_attention(self, out, query, kv_cache, block_tables, seq_lens, query_start_loc, scale, partition):
         kind = "decode" if query.shape[0] == seq_lens.shape[0] else "with prompt tokens"
-        order = list(range(len(self.builds)))
+        shift = sum(self.calls.values()) % len(self.builds)
+        order = list(range(shift, len(self.builds))) + list(range(shift))
         for i in order + order[::-1]:
             start = time.perf_counter()
             self.builds[i].paged_attention(out, query, kv_cache, block_tables, seq_lens, query_start_loc, scale,
