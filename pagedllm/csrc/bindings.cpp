@@ -8,8 +8,10 @@
 #include "amx_linear.h"
 #include "amx_tiles.h"
 #include "cache_ops.h"
+#include "decoder_stack.h"
 #include "layer_ops.h"
 #include "linear.h"
+#include "ops.h"
 #include "paged_attention.h"
 #include "sampling_ops.h"
 #include "vec.h"
@@ -63,6 +65,8 @@ void check_batch(const torch::Tensor& query, const torch::Tensor& kv_cache, cons
                   ": block id ", tables[s * width + b], " outside the pool of ", num_blocks, " blocks");
   }
 }
+
+}  // namespace
 
 void paged_attention_op(torch::Tensor out, const torch::Tensor& query, const torch::Tensor& kv_cache,
                         const torch::Tensor& block_tables, const torch::Tensor& seq_lens,
@@ -199,6 +203,8 @@ torch::Tensor silu_mul_op(const torch::Tensor& x) {
   return out;
 }
 
+namespace {
+
 void check_matrix(const torch::Tensor& t, const char* name) {
   check_float(t, name);
   TORCH_CHECK(t.dim() == 2 && t.is_contiguous(), name, " must be a contiguous 2-D tensor");
@@ -213,12 +219,18 @@ void check_bias(const c10::optional<torch::Tensor>& bias, const torch::Tensor& x
               "bias must be a contiguous [", size, "] tensor of x's dtype");
 }
 
+}  // namespace
+
 bool has_linear_kernel_op(bool bfloat16) { return bfloat16 ? has_linear_kernel<bf16_t>() : has_linear_kernel<float>(); }
+
+namespace {
 
 // The shape pack_linear gives a weight of n outputs and k inputs: [panels, panel rows, values per row].
 std::array<int64_t, 3> panel_shape(int64_t n, int64_t k, bool bf16, bool gated) {
   return {num_panels(n, gated), bf16 ? panel_rows<bf16_t>(k) : panel_rows<float>(k), (bf16 ? 2 : 1) * kPanelCols};
 }
+
+}  // namespace
 
 torch::Tensor pack_linear_op(const torch::Tensor& weight, bool gated) {
   check_matrix(weight, "weight");
@@ -299,7 +311,6 @@ void set_bf16_matmul_path_op(const std::string& name) {
   set_bf16_path(name == "dot" ? Bf16Path::kDot : name == "widen" ? Bf16Path::kWiden : Bf16Path::kAuto);
 }
 
-}  // namespace
 }  // namespace pagedllm
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -331,4 +342,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("x"), py::arg("panels"), py::arg("bias"), py::arg("out_features"));
   m.def("linear", &pagedllm::linear_op, "x W^T + bias over a packed weight (gated: silu(gate) * up of it)",
         py::arg("x"), py::arg("panels"), py::arg("bias"), py::arg("out_features"), py::arg("gated") = false);
+  pagedllm::bind_decoder_stack(m);
 }

@@ -12,6 +12,7 @@ from torch import nn
 from pagedllm.attention import AttentionMetadata, paged_attention, write_kv
 from pagedllm.model import compiled_ops as ops
 from pagedllm.model.config import ModelConfig
+from pagedllm.model.decoder_stack import DecoderStack, build_decoder_stack
 from pagedllm.model.layers import RMSNorm, RotaryEmbedding, SwiGLUMLP, apply_rotary, fuse_linears
 from pagedllm.model.parallel import ParallelLayout, no_reduce
 from pagedllm.model.projection import Projection, can_pack
@@ -140,6 +141,7 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.rotary = RotaryEmbedding(config)
         self.head: Projection | None = None  # lm_head, packed, once fuse_projections() ran
+        self.stack: DecoderStack | None = None  # the layers in one compiled call, once fuse_projections() ran
         self.parallel: ParallelLayout | None = None  # set on a tensor-parallel rank: its model is a shard
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
@@ -194,6 +196,10 @@ class LlamaForCausalLM(nn.Module):
         """Same maths with the compiled kernels: the residual stream is kept apart from each sublayer's
         output so that every residual add is fused into the RMSNorm that follows it."""
         residual, hidden = x, torch.zeros_like(x)  # residual += 0 leaves the embeddings as they are
+        if rows is None and self.parallel is None and self.stack is not None and self.stack.covers(x.shape[0]):
+            hidden = self.stack(hidden, residual, cos_sin, kv_caches, meta)
+            self.model.norm.forward_compiled(hidden, residual)
+            return hidden
         for layer, kv_cache, layer_rows in zip(self.model.layers, kv_caches, self._layer_rows(rows), strict=True):
             hidden, residual = layer.forward_compiled(hidden, residual, cos_sin, kv_cache, meta, layer_rows)
         self.model.norm.forward_compiled(hidden, residual)
@@ -206,6 +212,8 @@ class LlamaForCausalLM(nn.Module):
             layer.self_attn.fuse(pack)
             layer.mlp.fuse(pack)
         self.head = Projection(self.lm_head.weight, None, pack)
+        config = self.config
+        self.stack = build_decoder_stack(self.model.layers, config.num_heads, config.num_kv_heads, config.head_dim)
         return self
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

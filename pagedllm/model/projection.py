@@ -117,6 +117,14 @@ class Projection:
             return self._kernels.linear(x.contiguous(), self._packed, self.bias, self.weight.shape[0])
         return onednn_linear(x, self._packed, self.bias)
 
+    def stack_matmul(self, kernels: ModuleType) -> object | None:
+        """This projection as a kernels.StackMatmul (decoder_stack.py), or None where it runs on oneDNN or torch."""
+        if self._amx is not None:
+            return self._amx.stack_matmul()
+        if self._kernels is None:
+            return None
+        return kernels.StackMatmul(self._packed, self.bias, self.weight.shape[0], amx=False)
+
 
 def onednn_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """Dense in, dense out: only the weight lives in oneDNN's layout."""
@@ -136,6 +144,10 @@ class AmxWeight:
         if x.shape[0] > AMX_OWN_MAX_ROWS:
             return onednn_linear(x, self._onednn, self.bias)
         return self._kernels.amx_linear(x.contiguous(), self._tiles, self.bias, self.out_features)
+
+    def stack_matmul(self) -> object:
+        """Its AMX matmul as a kernels.StackMatmul: a stack runs it only for batches of up to AMX_OWN_MAX_ROWS."""
+        return self._kernels.StackMatmul(self._tiles, self.bias, self.out_features, amx=True)
 
 
 def amx_matmul_kernels() -> ModuleType | None:
@@ -166,6 +178,13 @@ class GatedProjection:
             self._packed = self._kernels.pack_linear(weight.detach().contiguous(), gated=True)
         else:
             self._projection = Projection(weight, bias, pack)
+
+    def stack_matmul(self, kernels: ModuleType) -> object | None:
+        """As Projection.stack_matmul; gated (silu(gate) * up in the matmul) where pagedllm's matmul fuses it, else
+        the [gate; up] projection, which the stack follows with silu_mul."""
+        if self._kernels is not None:
+            return kernels.StackMatmul(self._packed, self.bias, self.intermediate, amx=False, gated=True)
+        return self._projection.stack_matmul(kernels)
 
     @property
     def fused(self) -> bool:

@@ -1,0 +1,50 @@
+// A model's decoder layers in one call: the same ops, in the same order, as the compiled path's Python loop
+// (pagedllm/model/llama.py), without going back to Python between them.
+#pragma once
+
+#include <torch/extension.h>
+
+#include <vector>
+
+namespace pagedllm {
+
+// One projection over a weight packed by pack_amx_linear (amx) or pack_linear (gated: an MLP's [gate; up]
+// weight, silu(gate) * up applied as the outputs are stored).
+struct StackMatmul {
+  torch::Tensor panels;
+  c10::optional<torch::Tensor> bias;
+  int64_t out_features;
+  bool amx, gated;
+
+  torch::Tensor operator()(const torch::Tensor& x) const;
+};
+
+struct StackLayer {
+  torch::Tensor input_norm, post_norm;  // RMSNorm weights [hidden]
+  StackMatmul qkv, out, gate_up, down;   // qkv: fused [q; k; v] rows; gate_up: fused [gate; up] rows
+};
+
+class DecoderStack {
+ public:
+  DecoderStack(int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, double eps, double scale);
+
+  void add_layer(torch::Tensor input_norm, torch::Tensor post_norm, StackMatmul qkv, StackMatmul out,
+                 StackMatmul gate_up, StackMatmul down);
+
+  // hidden: the embeddings' sublayer output so far, residual: the residual stream, both [T, hidden]; residual
+  // is updated in place and the last layer's MLP output returned (the final norm is the caller's). Every
+  // layer writes its new K/V at slot_mapping and attends through the block tables, as the Python loop does.
+  torch::Tensor forward(torch::Tensor hidden, torch::Tensor residual, const torch::Tensor& cos,
+                        const torch::Tensor& sin, const std::vector<torch::Tensor>& kv_caches,
+                        const torch::Tensor& slot_mapping, const torch::Tensor& block_tables,
+                        const torch::Tensor& seq_lens, const torch::Tensor& query_start_loc) const;
+
+ private:
+  int64_t num_heads_, num_kv_heads_, head_dim_;
+  double eps_, scale_;
+  std::vector<StackLayer> layers_;
+};
+
+void bind_decoder_stack(pybind11::module_& m);
+
+}  // namespace pagedllm

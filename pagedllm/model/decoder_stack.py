@@ -1,0 +1,60 @@
+"""The decoder layers in one call into the compiled kernels (pagedllm/csrc/decoder_stack.cpp).
+
+The compiled path's Python loop calls about ten kernels a layer; between two of them it runs a few lines of
+glue, which with the caches full of weights and K/V took 4-34 us a transition in decode steps (about 130 us
+a layer, 9% of a bfloat16 decode step of the default model; docs/models.md). The stack runs the same ops in
+the same order from C++. It covers a batch when every projection runs on one of pagedllm's own matmuls for
+that many rows: its float32/bfloat16 matmul for any batch, its AMX matmul up to AMX_OWN_MAX_ROWS (oneDNN runs
+larger batches there, and those go through the Python loop, where the glue is small beside the work).
+"""
+
+import torch
+
+from pagedllm.attention import AttentionMetadata
+from pagedllm.kernels import load_cpu_kernels
+from pagedllm.model.projection import AMX_OWN_MAX_ROWS
+
+
+class DecoderStack:
+    def __init__(self, stack: object, max_tokens: int | None) -> None:
+        self._stack, self.max_tokens = stack, max_tokens  # max_tokens None: any batch
+
+    def covers(self, num_tokens: int) -> bool:
+        return self.max_tokens is None or num_tokens <= self.max_tokens
+
+    def __call__(
+        self,
+        hidden: torch.Tensor,
+        residual: torch.Tensor,
+        cos_sin: tuple[torch.Tensor, torch.Tensor],
+        kv_caches: list[torch.Tensor],
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        """Every layer over [T, hidden]: residual updated in place, the last layer's MLP output returned."""
+        return self._stack.forward(hidden, residual, *cos_sin, kv_caches, meta.slot_mapping, meta.block_tables,
+                                   meta.seq_lens, meta.query_start_loc)  # fmt: skip
+
+
+def build_decoder_stack(layers, num_heads: int, num_kv_heads: int, head_dim: int) -> DecoderStack | None:
+    """A stack of `layers` (DecoderLayers with fused projections), or None where the kernels did not load or a
+    projection runs on no matmul of pagedllm's own."""
+    kernels = load_cpu_kernels()
+    if kernels is None or not layers:
+        return None
+    eps = {norm.eps for layer in layers for norm in (layer.input_layernorm, layer.post_attention_layernorm)}
+    if len(eps) != 1:
+        return None
+    stack = kernels.DecoderStack(num_heads, num_kv_heads, head_dim, eps.pop(), head_dim**-0.5)
+    amx = False
+    for layer in layers:
+        attention, mlp = layer.self_attn, layer.mlp
+        if attention.qkv is None or mlp.gate_up is None:
+            return None
+        matmuls = [attention.qkv.stack_matmul(kernels), attention.out.stack_matmul(kernels),
+                   mlp.gate_up.stack_matmul(kernels), mlp.down.stack_matmul(kernels)]  # fmt: skip
+        if any(m is None for m in matmuls):
+            return None
+        amx = amx or any(m.amx for m in matmuls)
+        stack.add_layer(layer.input_layernorm.weight, layer.post_attention_layernorm.weight, *matmuls)
+    return DecoderStack(stack, AMX_OWN_MAX_ROWS if amx else None)
+

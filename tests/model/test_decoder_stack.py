@@ -1,0 +1,102 @@
+"""The decoder layers in one compiled call (pagedllm/model/decoder_stack.py) against the compiled path's Python
+loop: the same ops in the same order, so the same logits to the bit, and the same K/V written."""
+
+import pytest
+import torch
+from compiled_kernels import require_compiled_kernels
+from tiny import save_tiny_dir
+
+from pagedllm.engine.model_runner import ModelRunner, SeqInput
+from pagedllm.model.dtype import has_native_bf16
+from pagedllm.model.loader import load_model
+from pagedllm.model.projection import AMX_OWN_MAX_ROWS
+
+# llama: head_dim 16, GQA 2, no biases; qwen2: head_dim 64, GQA 3, q/k/v biases
+MODELS = {"llama": ("llama", {}),
+          "qwen2": ("qwen2", {"hidden_size": 192, "num_attention_heads": 3, "num_key_value_heads": 1})}  # fmt: skip
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def require_kernels() -> None:
+    require_compiled_kernels()
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
+def model_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    model_type, overrides = MODELS[request.param]
+    return save_tiny_dir(tmp_path_factory.mktemp(request.param), model_type, **overrides)
+
+
+def load(model_dir, dtype: torch.dtype):
+    if dtype == torch.bfloat16 and not has_native_bf16():
+        pytest.skip("bfloat16 matmuls are emulated on this CPU: no packed projections, no stack")
+    return load_model(model_dir, dtype)
+
+
+class CountingStack:
+    """The model's stack, counting the batches it ran."""
+
+    def __init__(self, stack) -> None:
+        self.stack, self.calls = stack, 0
+
+    def covers(self, num_tokens: int) -> bool:
+        return self.stack.covers(num_tokens)
+
+    def __call__(self, *args):
+        self.calls += 1
+        return self.stack(*args)
+
+
+def steps() -> list[list[SeqInput]]:
+    """A prompt and the first chunk of another, then the rest with a decode, then decodes of both (the stack
+    runs the steps whose every token needs logits: here the decode steps)."""
+    a, b = [5, 17, 200, 33, 9, 100, 101, 7, 8, 9, 10], [44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56]
+    table_a, table_b = [63 - 2 * i for i in range(2)], [2 * i for i in range(2)]
+    batches = [[SeqInput(a, 0, table_a), SeqInput(b[:6], 0, table_b, needs_logits=False)],
+               [SeqInput([42], len(a), table_a), SeqInput(b[6:], 6, table_b)]]  # fmt: skip
+    for i in range(5):
+        batches.append([SeqInput([100 + i], len(a) + 1 + i, table_a), SeqInput([200 + i], len(b) + i, table_b)])
+    return batches
+
+
+def run(model_and_config, dtype: torch.dtype) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    model, config = model_and_config
+    runner = ModelRunner(model, config, num_blocks=64, block_size=16, dtype=dtype, attention_impl="compiled")
+    return [runner.execute(step) for step in steps()], runner.kv_caches
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_stack_gives_the_python_loops_logits_and_kv(model_dir, dtype: torch.dtype) -> None:
+    with_stack, without = load(model_dir, dtype), load(model_dir, dtype)
+    assert with_stack[0].stack is not None
+    counting = CountingStack(with_stack[0].stack)
+    with_stack[0].stack, without[0].stack = counting, None
+    logits, caches = run(with_stack, dtype)
+    expected_logits, expected_caches = run(without, dtype)
+    assert counting.calls == 5  # the decode steps
+    for got, expected in zip(logits, expected_logits, strict=True):
+        assert torch.equal(got, expected)
+    for got, expected in zip(caches, expected_caches, strict=True):
+        assert torch.equal(got, expected)
+
+
+def test_stack_covers_what_its_matmuls_run(model_dir) -> None:
+    stack = load(model_dir, torch.float32)[0].stack
+    assert stack.max_tokens is None and stack.covers(10_000)  # pagedllm's float32 matmul runs any batch
+    if not has_native_bf16():
+        return
+    stack = load(model_dir, torch.bfloat16)[0].stack
+    if stack.max_tokens is not None:  # AMX: oneDNN runs the larger batches
+        assert stack.max_tokens == AMX_OWN_MAX_ROWS
+        assert stack.covers(AMX_OWN_MAX_ROWS) and not stack.covers(AMX_OWN_MAX_ROWS + 1)
+
+
+def test_stack_rejects_a_wrong_number_of_caches(model_dir) -> None:
+    model, config = load(model_dir, torch.float32)
+    hidden = torch.zeros(1, config.hidden_size)
+    cos_sin = model.rotary.cos_sin(torch.tensor([0]), torch.float32)
+    runner = ModelRunner(model, config, num_blocks=4, block_size=16, dtype=torch.float32, attention_impl="compiled")
+    meta = runner.prepare([SeqInput([5], 0, [0])]).meta
+    with pytest.raises(RuntimeError, match="one KV cache per layer"):
+        model.stack(hidden, hidden.clone(), cos_sin, runner.kv_caches[:-1], meta)
