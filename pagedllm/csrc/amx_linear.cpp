@@ -53,18 +53,17 @@ void store_tile(const float* sums, int rows, const bf16_t* bias, int64_t col, in
 
 using Sums = float[4][kAmxTileRows * kAmxPanelCols];
 
-// kRows row tiles of x (from x_bytes, rows x_stride bytes apart) times kPanels panels (from panel, panel_bytes
-// apart) into sums.
+// kRows row tiles of x (the first at x0, the second at x1, rows x_stride bytes apart) times kPanels panels (from
+// panel, panel_bytes apart) into sums.
 template <int kRows, int kPanels>
-void multiply_tiles(const char* x_bytes, int64_t x_stride, int64_t steps, const char* panel, int64_t panel_bytes,
-                    Sums& sums) {
+void multiply_tiles(const char* x0, const char* x1, int64_t x_stride, int64_t steps, const char* panel,
+                    int64_t panel_bytes, Sums& sums) {
   _tile_zero(0);
   if constexpr (kPanels > 1) _tile_zero(1);
   if constexpr (kRows > 1) _tile_zero(2);
   if constexpr (kRows > 1 && kPanels > 1) _tile_zero(3);
   for (int64_t s = 0; s < steps; ++s) {
-    const char* a = x_bytes + s * kAmxDepth * 2;
-    _tile_loadd(4, a, x_stride);
+    _tile_loadd(4, x0 + s * kAmxDepth * 2, x_stride);
     _tile_loadd(6, panel + s * kAmxTileBytes, 64);
     _tile_dpbf16ps(0, 4, 6);
     if constexpr (kPanels > 1) {
@@ -72,7 +71,7 @@ void multiply_tiles(const char* x_bytes, int64_t x_stride, int64_t steps, const 
       _tile_dpbf16ps(1, 4, 7);
     }
     if constexpr (kRows > 1) {
-      _tile_loadd(5, a + kAmxTileRows * x_stride, x_stride);
+      _tile_loadd(5, x1 + s * kAmxDepth * 2, x_stride);
       _tile_dpbf16ps(2, 5, 6);
       if constexpr (kPanels > 1) _tile_dpbf16ps(3, 5, 7);
     }
@@ -83,32 +82,37 @@ void multiply_tiles(const char* x_bytes, int64_t x_stride, int64_t steps, const 
   if constexpr (kRows > 1 && kPanels > 1) _tile_stored(3, sums[3], 64);
 }
 
-using MultiplyTiles = void (*)(const char*, int64_t, int64_t, const char*, int64_t, Sums&);
+using MultiplyTiles = void (*)(const char*, const char*, int64_t, int64_t, const char*, int64_t, Sums&);
 constexpr MultiplyTiles kMultiplyTiles[2][2] = {{multiply_tiles<1, 1>, multiply_tiles<1, 2>},
                                                 {multiply_tiles<2, 1>, multiply_tiles<2, 2>}};
 
 }  // namespace
 
 void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n, bf16_t* y) {
-  // x padded with zero rows to whole tiles when its last tile is partial: the tile loads read 16 rows
-  const int64_t padded_rows = (m + kAmxTileRows - 1) / kAmxTileRows * kAmxTileRows;
-  std::vector<bf16_t> padded;
-  if (padded_rows != m) {
-    padded.assign(padded_rows * k, bf16_t{0});
-    std::memcpy(padded.data(), x, m * k * sizeof(bf16_t));
-    x = padded.data();
+  // tile loads read 16 rows: a last partial row tile is read from a copy of its rows padded with zero rows
+  // (copying all of x into a padded buffer instead cost 10-15 us a call at 33-63 rows)
+  const int64_t full_rows = m / kAmxTileRows * kAmxTileRows;
+  thread_local std::vector<bf16_t> tail;
+  if (full_rows != m) {
+    tail.resize(kAmxTileRows * k);
+    std::memcpy(tail.data(), x + full_rows * k, (m - full_rows) * k * sizeof(bf16_t));
+    std::fill(tail.begin() + (m - full_rows) * k, tail.end(), bf16_t{0});
   }
+  const bf16_t* tail_rows = tail.data();
+  auto row_tile = [&](int64_t row) {  // the first row of a row tile -> where the tile loads read it
+    return reinterpret_cast<const char*>(row < full_rows ? x + row * k : tail_rows);
+  };
   const int64_t num_panels = (n + kAmxPanelCols - 1) / kAmxPanelCols, num_items = (num_panels + 1) / 2;
   const int64_t steps = k / kAmxDepth, panel_bytes = steps * kAmxTileBytes, x_stride = k * 2;
   const char* base = reinterpret_cast<const char*>(panels);
-  // one tile shape for the whole call: 16 rows (x padded to whole tiles), or all of them below 16
+  // one tile shape for the whole call: 16 rows (whole tiles, the last one padded), or all of them below 16
   // (sums and x tiles 0-5; the weight tiles 6-7 always have 16 full rows)
   const TileConfig config = tile_config(static_cast<int>(std::min<int64_t>(m, kAmxTileRows)), 6);
   auto multiply_item = [&](int64_t item, Sums& sums) {
     const int64_t panel0 = 2 * item, item_panels = std::min<int64_t>(2, num_panels - panel0);
     for (int64_t row0 = 0; row0 < m; row0 += kItemRows) {
       const int64_t rows = std::min(kItemRows, m - row0), row_tiles = (rows + kAmxTileRows - 1) / kAmxTileRows;
-      kMultiplyTiles[row_tiles - 1][item_panels - 1](reinterpret_cast<const char*>(x + row0 * k), x_stride, steps,
+      kMultiplyTiles[row_tiles - 1][item_panels - 1](row_tile(row0), row_tile(row0 + kAmxTileRows), x_stride, steps,
                                                      base + panel0 * panel_bytes, panel_bytes, sums);
       for (int64_t i = 0; i < row_tiles; ++i)
         for (int64_t j = 0; j < item_panels; ++j)
