@@ -221,9 +221,23 @@ class KVCacheManager:
                 filled[b] = max(filled.get(b, 0), seq.table.filled(i))
         return filled
 
+    def _tokens_stored(self) -> int:
+        """sum(self._filled().values()) without a pass in Python over every block (stats run every step): a
+        sequence's blocks before its tail are full, so only tails are counted one by one."""
+        full: set[BlockId] = set()
+        tails: dict[BlockId, int] = {}
+        for seq in self._seqs.values():
+            table = seq.table
+            num_full = min(len(table.blocks), table.num_tokens // self.block_size)
+            full.update(table.blocks[:num_full])
+            for i in range(num_full, len(table.blocks)):
+                block = table.blocks[i]
+                tails[block] = max(tails.get(block, 0), table.filled(i))
+        return self.block_size * len(full) + sum(n for block, n in tails.items() if block not in full)
+
     def stats(self) -> KVStats:
         return KVStats(self.num_blocks, self.block_size, self.num_used_blocks, self.num_free_blocks,
-                       self.num_cached_blocks, sum(self._filled().values()), self._queries_tokens,
+                       self.num_cached_blocks, self._tokens_stored(), self._queries_tokens,
                        self._hits_tokens, len(self._seqs))
 
     def snapshot(self) -> list[BlockInfo]:

@@ -117,6 +117,11 @@ class KVMachine(RuleBasedStateMachine):
         self.m.check_invariants()
 
     @invariant()
+    def tokens_stored_counts_each_blocks_fullest_owner_once(self):
+        used = [info for info in self.m.snapshot() if info.state == "used"]
+        assert self.m.stats().tokens_stored == sum(info.filled for info in used)
+
+    @invariant()
     def every_sequence_reads_its_own_tokens(self):
         for sid, toks in self.tokens.items():
             table = self.m.block_table(sid)
