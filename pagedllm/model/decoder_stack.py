@@ -36,10 +36,13 @@ class DecoderStack:
 
 
 def build_decoder_stack(layers, num_heads: int, num_kv_heads: int, head_dim: int) -> DecoderStack | None:
-    """A stack of `layers` (DecoderLayers with fused projections), or None where the kernels did not load or a
-    projection runs on no matmul of pagedllm's own."""
+    """A stack of `layers` (DecoderLayers with fused projections), or None for a model off the CPU, where the
+    kernels did not load, or where a projection runs on no matmul of pagedllm's own."""
+    first = layers[0].self_attn.qkv if layers else None
+    if first is None or first.weight.device.type != "cpu":  # the kernels are the CPU's (not built elsewhere)
+        return None
     kernels = load_cpu_kernels()
-    if kernels is None or not layers:
+    if kernels is None:
         return None
     eps = {norm.eps for layer in layers for norm in (layer.input_layernorm, layer.post_attention_layernorm)}
     if len(eps) != 1:
