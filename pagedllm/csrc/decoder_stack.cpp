@@ -1,4 +1,4 @@
-// A model's decoder layers in one call: the Python loop's glue between two kernels cost about 130 us a layer in
+// A model's decoder layers in one call: the Python loop's glue between two kernels cost about 140 us a layer in
 // decode steps (pagedllm/model/decoder_stack.py says why); here the same ops run back to back.
 #include "decoder_stack.h"
 

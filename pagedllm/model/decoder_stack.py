@@ -1,7 +1,7 @@
 """The decoder layers in one call into the compiled kernels (pagedllm/csrc/decoder_stack.cpp).
 
 The compiled path's Python loop calls about ten kernels a layer; between two of them it runs a few lines of
-glue, which with the caches full of weights and K/V took 4-34 us a transition in decode steps (about 130 us
+glue, which with the caches full of weights and K/V took 4-34 us a transition in decode steps (about 140 us
 a layer, 9% of a bfloat16 decode step of the default model; docs/models.md). The stack runs the same ops in
 the same order from C++. It covers a batch when every projection runs on one of pagedllm's own matmuls for
 that many rows: its float32/bfloat16 matmul for any batch, its AMX matmul up to AMX_OWN_MAX_ROWS (oneDNN runs
@@ -60,4 +60,3 @@ def build_decoder_stack(layers, num_heads: int, num_kv_heads: int, head_dim: int
         amx = amx or any(m.amx for m in matmuls)
         stack.add_layer(layer.input_layernorm.weight, layer.post_attention_layernorm.weight, *matmuls)
     return DecoderStack(stack, AMX_OWN_MAX_ROWS if amx else None)
-
