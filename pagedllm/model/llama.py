@@ -197,11 +197,10 @@ class LlamaForCausalLM(nn.Module):
         output so that every residual add is fused into the RMSNorm that follows it."""
         residual, hidden = x, torch.zeros_like(x)  # residual += 0 leaves the embeddings as they are
         if rows is None and self.parallel is None and self.stack is not None and self.stack.covers(x.shape[0]):
-            hidden = self.stack(hidden, residual, cos_sin, kv_caches, meta)
-            self.model.norm.forward_compiled(hidden, residual)
-            return hidden
-        for layer, kv_cache, layer_rows in zip(self.model.layers, kv_caches, self._layer_rows(rows), strict=True):
-            hidden, residual = layer.forward_compiled(hidden, residual, cos_sin, kv_cache, meta, layer_rows)
+            hidden = self.stack(hidden, residual, cos_sin, kv_caches, meta)  # the same layers in one call
+        else:
+            for layer, kv_cache, layer_rows in zip(self.model.layers, kv_caches, self._layer_rows(rows), strict=True):
+                hidden, residual = layer.forward_compiled(hidden, residual, cos_sin, kv_cache, meta, layer_rows)
         self.model.norm.forward_compiled(hidden, residual)
         return hidden
 
