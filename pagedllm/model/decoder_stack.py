@@ -53,8 +53,7 @@ def build_decoder_stack(layers, num_heads: int, num_kv_heads: int, head_dim: int
         attention, mlp = layer.self_attn, layer.mlp
         if attention.qkv is None or mlp.gate_up is None:
             return None
-        matmuls = [attention.qkv.stack_matmul(kernels), attention.out.stack_matmul(kernels),
-                   mlp.gate_up.stack_matmul(kernels), mlp.down.stack_matmul(kernels)]  # fmt: skip
+        matmuls = [p.stack_matmul() for p in (attention.qkv, attention.out, mlp.gate_up, mlp.down)]
         if any(m is None for m in matmuls):
             return None
         amx = amx or any(m.amx for m in matmuls)

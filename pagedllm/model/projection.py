@@ -117,13 +117,13 @@ class Projection:
             return self._kernels.linear(x.contiguous(), self._packed, self.bias, self.weight.shape[0])
         return onednn_linear(x, self._packed, self.bias)
 
-    def stack_matmul(self, kernels: ModuleType) -> object | None:
+    def stack_matmul(self) -> object | None:
         """This projection as a kernels.StackMatmul (decoder_stack.py), or None where it runs on oneDNN or torch."""
         if self._amx is not None:
             return self._amx.stack_matmul()
         if self._kernels is None:
             return None
-        return kernels.StackMatmul(self._packed, self.bias, self.weight.shape[0], amx=False)
+        return self._kernels.StackMatmul(self._packed, self.bias, self.weight.shape[0], amx=False)
 
 
 def onednn_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -179,12 +179,12 @@ class GatedProjection:
         else:
             self._projection = Projection(weight, bias, pack)
 
-    def stack_matmul(self, kernels: ModuleType) -> object | None:
+    def stack_matmul(self) -> object | None:
         """As Projection.stack_matmul; gated (silu(gate) * up in the matmul) where pagedllm's matmul fuses it, else
         the [gate; up] projection, which the stack follows with silu_mul."""
         if self._kernels is not None:
-            return kernels.StackMatmul(self._packed, self.bias, self.intermediate, amx=False, gated=True)
-        return self._projection.stack_matmul(kernels)
+            return self._kernels.StackMatmul(self._packed, self.bias, self.intermediate, amx=False, gated=True)
+        return self._projection.stack_matmul()
 
     @property
     def fused(self) -> bool:
