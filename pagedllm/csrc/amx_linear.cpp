@@ -89,23 +89,24 @@ constexpr MultiplyTiles kMultiplyTiles[2][2] = {{multiply_tiles<1, 1>, multiply_
 }  // namespace
 
 void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n, bf16_t* y) {
-  // tile loads read 16 rows: a last partial row tile is read from a copy of its rows padded with zero rows
-  // (copying all of x into a padded buffer instead cost 10-15 us a call at 33-63 rows)
-  const int64_t full_rows = m / kAmxTileRows * kAmxTileRows;
+  // tile loads read 16 rows (m of them below 16): a last partial row tile of a larger batch is read from a copy
+  // of its rows padded with zero rows (copying all of x into a padded buffer instead cost 10-15 us a call at
+  // 33-63 rows)
+  const int64_t direct_rows = m <= kAmxTileRows ? m : m / kAmxTileRows * kAmxTileRows;  // read where they lie
   thread_local std::vector<bf16_t> tail;
-  if (full_rows != m) {
+  if (direct_rows != m) {
     tail.resize(kAmxTileRows * k);
-    std::memcpy(tail.data(), x + full_rows * k, (m - full_rows) * k * sizeof(bf16_t));
-    std::fill(tail.begin() + (m - full_rows) * k, tail.end(), bf16_t{0});
+    std::memcpy(tail.data(), x + direct_rows * k, (m - direct_rows) * k * sizeof(bf16_t));
+    std::fill(tail.begin() + (m - direct_rows) * k, tail.end(), bf16_t{0});
   }
   const bf16_t* tail_rows = tail.data();
   auto row_tile = [&](int64_t row) {  // the first row of a row tile -> where the tile loads read it
-    return reinterpret_cast<const char*>(row < full_rows ? x + row * k : tail_rows);
+    return reinterpret_cast<const char*>(row < direct_rows ? x + row * k : tail_rows);
   };
   const int64_t num_panels = (n + kAmxPanelCols - 1) / kAmxPanelCols, num_items = (num_panels + 1) / 2;
   const int64_t steps = k / kAmxDepth, panel_bytes = steps * kAmxTileBytes, x_stride = k * 2;
   const char* base = reinterpret_cast<const char*>(panels);
-  // one tile shape for the whole call: 16 rows (whole tiles, the last one padded), or all of them below 16
+  // one tile shape for the whole call: 16 rows (whole tiles, a partial last one padded), or all of them below 16
   // (sums and x tiles 0-5; the weight tiles 6-7 always have 16 full rows)
   const TileConfig config = tile_config(static_cast<int>(std::min<int64_t>(m, kAmxTileRows)), 6);
   auto multiply_item = [&](int64_t item, Sums& sums) {
