@@ -1,5 +1,6 @@
 """Drive one LLMEngine through a workload, all requests submitted at once, and measure it."""
 
+import resource
 import time
 from dataclasses import dataclass, field
 
@@ -43,6 +44,7 @@ class RunResult:
     config: dict = field(default_factory=dict)
     samples: list[StepSample] = field(default_factory=list)
     cpu_s: float | None = None  # CPU time of the process over the run (all threads): robust on a shared machine
+    page_faults: int | None = None  # minor page faults of the process over the run: memory touched anew
 
     @property
     def requests_per_s(self) -> float:
@@ -107,7 +109,7 @@ def run_engine(engine, workload: Workload, label: str, progress: bool = True, se
     """Submit every request at once, step to the end, poll the KV pool after each step. `seeded`: each
     sampled request has its own seed (workload seed + its index)."""
     before = engine.stats()
-    start, cpu_start = time.perf_counter(), time.process_time()
+    start, cpu_start, faults_start = time.perf_counter(), time.process_time(), minor_page_faults()
     for i, request in enumerate(workload.requests):
         seed = workload.seed + i if seeded else None
         engine.add_request(f"bench-{i}", request.prompt, sampling_params(request, seed))
@@ -115,7 +117,13 @@ def run_engine(engine, workload: Workload, label: str, progress: bool = True, se
     elapsed = time.perf_counter() - start
     result = _result(engine, workload, label, elapsed, before, samples, finished)
     result.cpu_s = time.process_time() - cpu_start
+    result.page_faults = minor_page_faults() - faults_start
     return result
+
+
+def minor_page_faults() -> int:
+    """The process's minor page faults so far: each a page the kernel mapped (and zeroed) on first touch."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def _step_to_end(engine, count: int, start: float, progress: bool, label: str) -> tuple[list[StepSample], list]:

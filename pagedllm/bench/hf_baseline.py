@@ -10,7 +10,7 @@ import time
 
 from tqdm import tqdm
 
-from pagedllm.bench.engine_runner import RunResult
+from pagedllm.bench.engine_runner import RunResult, minor_page_faults
 from pagedllm.bench.workloads import BenchRequest, Workload
 
 
@@ -39,7 +39,7 @@ def run_hf(hf_model, workload: Workload, batch_size: int = 16, pad_token_id: int
     """Every request of the workload through `generate`, in arrival order, `batch_size` prompts per batch."""
     _warm_up(hf_model, pad_token_id)
     batches = [workload.requests[i : i + batch_size] for i in range(0, len(workload.requests), batch_size)]
-    start, cpu_start = time.perf_counter(), time.process_time()
+    start, cpu_start, faults_start = time.perf_counter(), time.process_time(), minor_page_faults()
     generated = 0
     for batch in tqdm(batches, desc="transformers", unit="batch", disable=not progress, leave=False):
         generated += _run_batch(hf_model, batch, workload.seed, pad_token_id)
@@ -48,6 +48,7 @@ def run_hf(hf_model, workload: Workload, batch_size: int = 16, pad_token_id: int
         label=f"transformers (static batches of {batch_size})",
         elapsed_s=elapsed,
         cpu_s=time.process_time() - cpu_start,
+        page_faults=minor_page_faults() - faults_start,
         num_requests=len(workload.requests),
         prompt_tokens=sum(len(r.prompt) for r in workload.requests),
         output_tokens=sum(r.num_output_tokens for r in workload.requests),

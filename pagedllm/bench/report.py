@@ -27,6 +27,7 @@ def run_to_dict(run: RunResult, with_timeline: bool = True) -> dict:
         "label": run.label,
         "elapsed_s": run.elapsed_s,
         "cpu_s": run.cpu_s,
+        "page_faults": run.page_faults,
         "num_requests": run.num_requests,
         "prompt_tokens": run.prompt_tokens,
         "output_tokens": run.output_tokens,

@@ -31,6 +31,7 @@ def test_throughput_with_hf_baseline_writes_json(tiny_llama_dir, tmp_path, capsy
     assert stats["num_requests"] == 6 and stats["prompt_len"]["max"] + stats["output_len"]["max"] <= 256 + 128
     for run in (engine, hf):
         assert run["output_tokens"] == stats["output_tokens"]
+        assert isinstance(run["page_faults"], int) and run["page_faults"] >= 0
         assert run["output_tokens_per_s"] == pytest.approx(run["output_tokens"] / run["elapsed_s"])
         assert run["total_tokens_per_s"] == pytest.approx((run["prompt_tokens"] + run["output_tokens"]) / run["elapsed_s"])
     assert 0 < engine["peak_blocks_used"] <= engine["num_blocks"]
