@@ -1,6 +1,5 @@
 """Drive one LLMEngine through a workload, all requests submitted at once, and measure it."""
 
-import resource
 import time
 from dataclasses import dataclass, field
 
@@ -9,6 +8,7 @@ from tqdm import tqdm
 from pagedllm.bench.stats_math import Summary, summarize, tpot, ttft
 from pagedllm.bench.workloads import BenchRequest, Workload
 from pagedllm.config import EngineConfig, parse_memory_size
+from pagedllm.engine.host_memory import minor_page_faults
 
 
 @dataclass(slots=True)
@@ -119,11 +119,6 @@ def run_engine(engine, workload: Workload, label: str, progress: bool = True, se
     result.cpu_s = time.process_time() - cpu_start
     result.page_faults = minor_page_faults() - faults_start
     return result
-
-
-def minor_page_faults() -> int:
-    """The process's minor page faults so far: each a page the kernel mapped (and zeroed) on first touch."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def _step_to_end(engine, count: int, start: float, progress: bool, label: str) -> tuple[list[StepSample], list]:

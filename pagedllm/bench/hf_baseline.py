@@ -10,8 +10,9 @@ import time
 
 from tqdm import tqdm
 
-from pagedllm.bench.engine_runner import RunResult, minor_page_faults
+from pagedllm.bench.engine_runner import RunResult
 from pagedllm.bench.workloads import BenchRequest, Workload
+from pagedllm.engine.host_memory import minor_page_faults
 
 
 def hf_model_from(model, config):

@@ -12,6 +12,7 @@ keeps the high-water mark of a step's buffers; anything larger than 32 MiB still
 import ctypes
 import ctypes.util
 import logging
+import resource
 
 logger = logging.getLogger("pagedllm")
 
@@ -33,3 +34,8 @@ def keep_freed_memory() -> bool:
     if not applied:
         logger.debug("mallopt refused the step-buffer settings; the allocator keeps its defaults")
     return applied
+
+
+def minor_page_faults() -> int:
+    """The process's minor page faults so far: each a page the kernel mapped (and zeroed) on first touch."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt

@@ -1,16 +1,11 @@
 """keep_freed_memory: a step's freed buffers are reused, not faulted in again from the OS every step."""
 
-import resource
 import sys
 
 import pytest
 import torch
 
-from pagedllm.engine.host_memory import keep_freed_memory
-
-
-def _minor_faults() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+from pagedllm.engine.host_memory import keep_freed_memory, minor_page_faults
 
 
 def _layer_like_step(weights: list[torch.Tensor], rows: int) -> None:
@@ -30,8 +25,8 @@ def test_steps_after_the_first_reuse_freed_buffers_without_page_faults():
     generator = torch.Generator().manual_seed(0)
     weights = [torch.randn(o, i, generator=generator) for o, i in [(960, 576), (576, 576), (3072, 576), (576, 1536)]]
     _layer_like_step(weights, 2048)  # the heap grows to a step's high-water mark once
-    before = _minor_faults()
+    before = minor_page_faults()
     for _ in range(5):
         _layer_like_step(weights, 2048)
     # with glibc's defaults each of these steps faulted 13,000-28,000 pages in again (measured)
-    assert _minor_faults() - before < 10_000
+    assert minor_page_faults() - before < 10_000
