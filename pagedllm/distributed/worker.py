@@ -18,7 +18,6 @@ from pagedllm.distributed.group import RankGroup
 from pagedllm.distributed.message import Kind, SwapCall, SwapOp, decode
 from pagedllm.distributed.sharded_load import load_shard
 from pagedllm.distributed.sharding import Shard, vocab_range
-from pagedllm.engine.host_memory import keep_freed_memory
 from pagedllm.engine.model_runner import ModelRunner
 from pagedllm.engine.swap import SwapSpace
 from pagedllm.model.parallel import ParallelLayout
@@ -56,8 +55,6 @@ def build_rank(group: RankGroup, spec: WorkerSpec) -> tuple[ModelRunner, Paralle
     model, config = load_shard(spec.model, dtype, shard, group.device)
     layout = ParallelLayout(group.all_reduce, *vocab_range(config, shard))
     model.set_parallel(layout)
-    if spec.device_type == "cpu":
-        keep_freed_memory()
     runner = ModelRunner(
         model, model.config, spec.num_blocks, spec.block_size, dtype, spec.attention_impl, group.device
     )

@@ -13,7 +13,6 @@ from pagedllm.config import EngineConfig
 from pagedllm.engine.device import resolve_device
 from pagedllm.engine.kv_snapshot import kv_snapshot
 from pagedllm.engine.executor import LocalExecutor
-from pagedllm.engine.host_memory import keep_freed_memory
 from pagedllm.engine.model_runner import ModelRunner, SeqInput
 from pagedllm.engine.output_stage import OutputStage
 from pagedllm.engine.outputs import RequestOutput
@@ -67,8 +66,6 @@ class LLMEngine:
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self._log_capacity()
-        if self.device.type == "cpu":
-            keep_freed_memory()
         # Everything built so far (weights, tokenizer, the pool's bookkeeping) lives as long as the engine:
         # keep it out of the garbage collector's scans, which otherwise took ~3% of a run's CPU time.
         # Unfrozen at exit so that extension modules see their objects released at shutdown.

@@ -15,6 +15,7 @@ from pagedllm.attention import AttentionMetadata, allocate_kv_caches, copy_block
 from pagedllm.attention.compiled import compiled_copy_blocks
 from pagedllm.config import parse_memory_size  # noqa: F401  (one parser for the whole project; re-exported)
 from pagedllm.engine.device import current, to_device
+from pagedllm.engine.host_memory import keep_freed_memory
 from pagedllm.errors import InvalidInputError
 from pagedllm.engine.step_tensors import SeqInput, StepTensors
 from pagedllm.model.config import ModelConfig
@@ -48,6 +49,8 @@ class ModelRunner:
             config.num_layers, num_blocks, block_size, config.num_kv_heads, config.head_dim, dtype, self.device
         )
         self.graphs: "DecodeGraphs | None" = None  # CUDA graphs of decode-only steps, once capture_graphs() ran
+        if self.device.type == "cpu":  # every CPU engine and tensor-parallel rank steps through a runner
+            keep_freed_memory()
 
     def capture_graphs(self, max_num_seqs: int, max_model_len: int) -> None:
         """Capture decode-only steps as CUDA graphs at padded batch sizes (CUDA with the Triton attention only)."""
