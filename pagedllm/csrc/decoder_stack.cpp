@@ -55,11 +55,12 @@ torch::Tensor DecoderStack::forward(torch::Tensor hidden, torch::Tensor residual
 
 void bind_decoder_stack(pybind11::module_& m) {
   namespace py = pybind11;
-  py::class_<StackMatmul>(m, "StackMatmul", "a projection of a DecoderStack over a packed weight")
+  // module_local: the A/B tools (kernel_ab, linear_ab) load several builds into one process
+  py::class_<StackMatmul>(m, "StackMatmul", py::module_local(), "a projection of a DecoderStack over a packed weight")
       .def(py::init<torch::Tensor, c10::optional<torch::Tensor>, int64_t, bool, bool>(), py::arg("panels"),
            py::arg("bias"), py::arg("out_features"), py::arg("amx"), py::arg("gated") = false)
       .def_readonly("amx", &StackMatmul::amx);
-  py::class_<DecoderStack>(m, "DecoderStack", "a model's decoder layers run in one call")
+  py::class_<DecoderStack>(m, "DecoderStack", py::module_local(), "a model's decoder layers run in one call")
       .def(py::init<int64_t, int64_t, int64_t, double, double>(), py::arg("num_heads"), py::arg("num_kv_heads"),
            py::arg("head_dim"), py::arg("eps"), py::arg("scale"))
       .def("add_layer", &DecoderStack::add_layer, py::arg("input_norm"), py::arg("post_norm"), py::arg("qkv"),
