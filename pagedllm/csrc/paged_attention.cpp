@@ -55,6 +55,7 @@ constexpr int64_t kAmxRowsPerTile = 192;
 constexpr int64_t kAutoPartition = 256;   // keys per part when splitting for idle threads
 constexpr int64_t kMinSharedKeys = 64;    // the shortest common prefix worth attending once for its sequences
 constexpr int64_t kSharedRows = 96;       // most rows (sequences x group heads) of one shared-prefix part
+constexpr int64_t kSharedPiece = 1024;    // keys per shared-prefix part (fewer partials to merge: docs/attention.md)
 
 // bfloat16 pair dot products (vdpbf16ps): with them a bfloat16 cache's many-row loops multiply pairs of
 // bfloat16 values into float32 sums, twice the work per instruction of widening to float32 first. They are
@@ -191,11 +192,11 @@ int64_t choose_partition(const PagedAttentionArgs& a, int64_t num_tiles) {
 int64_t tile_rows(const Tile& t, int64_t group) { return (t.token_end - t.token_begin) * group; }
 
 // Parts over each shared prefix: per KV head, members in runs of at most kSharedRows rows, keys in pieces of
-// kAutoPartition (so that threads share the work). Each member tile's first partial slots are these pieces.
+// kSharedPiece (so that threads share a long prefix). Each member tile's first partial slots are these pieces.
 void add_shared_parts(const PagedAttentionArgs& a, const std::vector<int64_t>& first_tile, WorkList& w) {
   const int64_t group = group_size(a);
   for (const SharedPrefix& prefix : find_shared_prefixes(a)) {
-    const int64_t pieces = (prefix.keys + kAutoPartition - 1) / kAutoPartition;
+    const int64_t pieces = (prefix.keys + kSharedPiece - 1) / kSharedPiece;
     for (int64_t h = 0; h < a.num_kv_heads; ++h) {
       for (size_t i = 0; i < prefix.seqs.size();) {
         const int64_t first_member = static_cast<int64_t>(w.members.size());
@@ -211,8 +212,8 @@ void add_shared_parts(const PagedAttentionArgs& a, const std::vector<int64_t>& f
         }
         const int64_t count = static_cast<int64_t>(w.members.size()) - first_member;
         for (int64_t p = 0; p < pieces; ++p)
-          w.parts.push_back({first_member, count, rows, p * kAutoPartition,
-                             std::min(prefix.keys, (p + 1) * kAutoPartition), p});
+          w.parts.push_back({first_member, count, rows, p * kSharedPiece,
+                             std::min(prefix.keys, (p + 1) * kSharedPiece), p});
       }
     }
   }
