@@ -16,8 +16,8 @@
 // A prefix of blocks that several sequences' tables share (prefix caching, forks) is attended once for all
 // of their rows together, and each of their tiles then walks only its own keys after it. When there are
 // too few tiles to keep every thread busy (a few long decodes), a tile's key range is also split into
-// parts that run on different threads. Every part leaves (m, l, acc) and a tile's parts are merged with
-// the exact rule of pagedllm/attention/merge.py: M = max m_p, w_p = exp(m_p - M),
+// parts that run on different threads. Every part leaves (m, l, acc), and the thread that finishes a tile's
+// last part merges them with the exact rule of pagedllm/attention/merge.py: M = max m_p, w_p = exp(m_p - M),
 // out = sum_p w_p acc_p / sum_p w_p l_p.
 #include "paged_attention.h"
 
@@ -344,16 +344,23 @@ class Kernel {
     const int64_t slot_stride = w.max_rows * (kDim + 2);
     // not zeroed: every row a merge reads was written by its part (zeroing it was 0.5-1% of a step)
     const std::unique_ptr<float[]> partials(new float[w.num_slots * slot_stride]);
+    // parts of each split tile still running: the thread that finishes its last one merges it (no second
+    // parallel region, and merges overlap the parts still running)
+    const std::unique_ptr<std::atomic<int64_t>[]> pending(w.num_slots > 0 ? new std::atomic<int64_t>[w.tiles.size()]
+                                                                          : nullptr);
+    for (size_t i = 0; pending && i < w.tiles.size(); ++i)
+      pending[i].store(w.tiles[i].num_parts, std::memory_order_relaxed);
     parallel_dynamic_ahead(static_cast<int64_t>(w.parts.size()), [&](int64_t i, int64_t next) {
-      run_part(w, w.parts[i], next >= 0 ? &w.parts[next] : nullptr, partials.get(), slot_stride);
-    });
-    if (w.num_slots == 0) return;
-    std::vector<int64_t> split;
-    for (int64_t i = 0; i < static_cast<int64_t>(w.tiles.size()); ++i)
-      if (w.tiles[i].num_parts > 1) split.push_back(i);
-    parallel_dynamic(static_cast<int64_t>(split.size()), [&](int64_t i) {
-      const Tile& t = w.tiles[split[i]];
-      merge_parts(t, partials.get() + t.first_slot * slot_stride, slot_stride);
+      const Part& part = w.parts[i];
+      run_part(w, part, next >= 0 ? &w.parts[next] : nullptr, partials.get(), slot_stride);
+      if (part.slot < 0) return;
+      for (int64_t m = 0; m < part.num_members; ++m) {
+        const int64_t tile = w.members[part.first_member + m];
+        // acq_rel: the merging thread sees every other part's partial of this tile
+        if (pending[tile].fetch_sub(1, std::memory_order_acq_rel) != 1) continue;
+        const Tile& t = w.tiles[tile];
+        merge_parts(t, partials.get() + t.first_slot * slot_stride, slot_stride);
+      }
     });
   }
 

@@ -19,16 +19,8 @@ void on_shared_counter(int64_t n, const Body& body) {
   at::parallel_for(0, workers, 1, [&](int64_t, int64_t) { body(next); });
 }
 
-// f(i) for every i in [0, n): each thread takes the next index as soon as it is free, so items of very
-// different cost (long and short contexts) stay balanced across threads.
-template <typename F>
-void parallel_dynamic(int64_t n, const F& f) {
-  on_shared_counter(n, [&](std::atomic<int64_t>& next) {
-    for (int64_t i = next++; i < n; i = next++) f(i);
-  });
-}
-
-// Like parallel_dynamic, but f(i, next) also learns the index `next` that this thread takes after i (-1: none),
+// f(i, next) for every i in [0, n), each thread taking the next index as soon as it is free (items of very
+// different cost stay balanced); f also learns the index `next` that this thread takes after i (-1: none),
 // so that it can prefetch that item's data while it works on i: a thread claims its next item as it starts one.
 template <typename F>
 void parallel_dynamic_ahead(int64_t n, const F& f) {
