@@ -30,6 +30,7 @@ from pagedllm.entrypoints.server.body_limit import DEFAULT_MAX_REQUEST_BYTES
 CONTEXT = 4096
 GAP_FACTOR = 20  # the longest gap may be this many median gaps
 MIN_PACE = 1 / 6  # tokens inside a refusal, as a share of the stream's median pace
+LEFT_BEHIND = ("num_requests_running", "num_requests_waiting", "kv_blocks_used")  # gauges that end at 0
 
 
 @dataclass
@@ -51,9 +52,6 @@ class SpawnedServer:
             if not any(left) or time.monotonic() > deadline:
                 return left
             time.sleep(0.05)
-
-
-LEFT_BEHIND = ("num_requests_running", "num_requests_waiting", "kv_blocks_used")
 
 
 @pytest.fixture(scope="module")
