@@ -34,6 +34,9 @@ def test_call_returns_the_result_and_raises_the_error_on_the_caller() -> None:
     with pytest.raises(ValueError, match="bad config"):
         thread.call(lambda: (_ for _ in ()).throw(ValueError("bad config")))
     assert thread.call(lambda: 42) == 42  # an error does not end the thread
+    thread.run_forever(lambda: None)  # a loop that returns at once ends the thread
+    thread.join(5)
+    assert not thread.is_alive()
 
 
 def test_once_the_loop_is_handed_over_no_other_call_is_taken() -> None:
