@@ -82,7 +82,7 @@ async def _soak(base_url: str, pid: int, args: argparse.Namespace) -> list[Burst
     limits = httpx.Limits(max_connections=args.streams + args.bad_requests + 8)
     async with httpx.AsyncClient(base_url=base_url, timeout=600, limits=limits) as client:
         model = (await client.get("/v1/models")).json()["data"][0]["id"]
-        pool = _scrape((await client.get("/metrics")).text)["pagedllm_kv_blocks_total"]
+        pool = scrape((await client.get("/metrics")).text)["pagedllm_kv_blocks_total"]
         print(f"soaking {model} at {base_url}: a pool of {int(pool)} KV blocks", file=sys.stderr)
         plan = BurstPlan(args.streams, args.disconnects, args.bad_requests, args.max_tokens, model)
         rows, preempted = [], 0
@@ -90,7 +90,7 @@ async def _soak(base_url: str, pid: int, args: argparse.Namespace) -> list[Burst
             start = time.monotonic()
             result = await run_burst(client, plan, rng)
             metrics = await _wait_idle(client, args.idle_timeout)
-            gauges = [int(metrics[name]) for name in _LEFT_BEHIND]
+            gauges = [int(metrics[name]) for name in LEFT_BEHIND]
             total = int(metrics["pagedllm_num_preemptions_total"])
             rows.append(BurstRow(burst, rss_mib(pid), *gauges, total - preempted, result.completed,
                                  result.disconnected, result.refused, len(result.errors),
@@ -102,20 +102,20 @@ async def _soak(base_url: str, pid: int, args: argparse.Namespace) -> list[Burst
     return rows
 
 
-_LEFT_BEHIND = ("pagedllm_kv_blocks_used", "pagedllm_num_requests_running", "pagedllm_num_requests_waiting")
+LEFT_BEHIND = ("pagedllm_kv_blocks_used", "pagedllm_num_requests_running", "pagedllm_num_requests_waiting")
 
 
 async def _wait_idle(client, timeout: float) -> dict[str, float]:
     """The server's metrics once nothing is left behind, or as last seen when `timeout` runs out."""
     deadline = time.monotonic() + timeout
     while True:
-        metrics = _scrape((await client.get("/metrics")).text)
-        if all(metrics[name] == 0 for name in _LEFT_BEHIND) or time.monotonic() > deadline:
+        metrics = scrape((await client.get("/metrics")).text)
+        if all(metrics[name] == 0 for name in LEFT_BEHIND) or time.monotonic() > deadline:
             return metrics
         await asyncio.sleep(0.2)
 
 
-def _scrape(metrics_text: str) -> dict[str, float]:
+def scrape(metrics_text: str) -> dict[str, float]:
     """Sample values by metric name (this server labels every series with model_name only)."""
     values = {}
     for line in metrics_text.splitlines():

@@ -9,7 +9,7 @@ import httpx
 
 from conftest import fake_config
 from fake_serving_engine import FakeEngine
-from pagedllm.bench.soak import TAIL, BurstRow, _scrape, judge
+from pagedllm.bench.soak import TAIL, BurstRow, judge, scrape
 from pagedllm.bench.soak_burst import BAD_BODIES, BurstPlan, run_burst
 from server_harness import start_server
 
@@ -35,7 +35,7 @@ def test_one_burst_against_the_fake_engine() -> None:
 def test_scrape_reads_sample_values() -> None:
     text = ('# HELP pagedllm_kv_blocks_used x\n# TYPE pagedllm_kv_blocks_used gauge\n'
             'pagedllm_kv_blocks_used{model_name="m"} 3.0\npagedllm_num_preemptions_total{model_name="m"} 7.0\n')
-    assert _scrape(text) == {"pagedllm_kv_blocks_used": 3.0, "pagedllm_num_preemptions_total": 7.0}
+    assert scrape(text) == {"pagedllm_kv_blocks_used": 3.0, "pagedllm_num_preemptions_total": 7.0}
 
 
 def rows(rss: list[float], blocks: int = 0) -> list[BurstRow]:

@@ -25,30 +25,24 @@ import httpx
 import pytest
 from spawned_server import start_logged
 
+from pagedllm.bench.soak import LEFT_BEHIND, scrape
 from pagedllm.entrypoints.server.body_limit import DEFAULT_MAX_REQUEST_BYTES
 
 CONTEXT = 4096
 GAP_FACTOR = 20  # the longest gap may be this many median gaps
 MIN_PACE = 1 / 6  # tokens inside a refusal, as a share of the stream's median pace
-LEFT_BEHIND = ("num_requests_running", "num_requests_waiting", "kv_blocks_used")  # gauges that end at 0
 
 
 @dataclass
 class SpawnedServer:
     base_url: str
 
-    def metrics(self) -> dict[str, float]:
-        """The server's samples by metric name (each is labelled with the model name only)."""
-        text = httpx.get(self.base_url + "/metrics", timeout=10).text
-        return {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                if line.startswith("pagedllm_")}
-
     def wait_idle(self, timeout: float = 10.0) -> tuple[float, ...]:
-        """(running, waiting, blocks used) once all are 0, or as last seen at timeout."""
+        """(blocks used, running, waiting) once all are 0, or as last seen at timeout."""
         deadline = time.monotonic() + timeout
         while True:
-            metrics = self.metrics()
-            left = tuple(metrics[f"pagedllm_{name}"] for name in LEFT_BEHIND)
+            metrics = scrape(httpx.get(self.base_url + "/metrics", timeout=10).text)
+            left = tuple(metrics[name] for name in LEFT_BEHIND)
             if not any(left) or time.monotonic() > deadline:
                 return left
             time.sleep(0.05)
