@@ -1,11 +1,11 @@
 // The bfloat16 matmul on AMX tiles. A tile product multiplies 16 rows of x by 32 inputs of 16 outputs into 16 x 16
 // float32 sums in one instruction, so a decode step's few dozen rows cost little to multiply and the step is
 // bound by streaming the weights. A weight is packed into panels of 16 outputs, each the 1 KB tiles of its
-// 32-input steps in order. Threads take two panels at a time from a shared counter and multiply them by 32 rows
-// of x at a time (two row tiles, four tiles of sums), so that each tile loaded feeds two products; a batch of
-// more rows goes over the same two panels again, from the cache. The panels are read in order, and the
-// hardware prefetcher keeps up: requesting each thread's next pair of panels during this one was 10-19%
-// slower at 8-64 rows (docs/models.md).
+// 32-input steps in order. Each thread takes a run of consecutive pairs of panels (parallel.h's Runs) and
+// multiplies each pair by 32 rows of x at a time (two row tiles, four tiles of sums), so that each tile loaded
+// feeds two products; a batch of more rows goes over the same two panels again, from the cache. A thread's
+// panels are read in order, one stream, and the hardware prefetcher keeps up: requesting each thread's next
+// pair of panels during this one was 10-19% slower at 8-64 rows (docs/models.md).
 #include "amx_linear.h"
 
 #include <algorithm>
@@ -121,10 +121,10 @@ void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, con
                      (panel0 + j) * kAmxPanelCols, n, y + (row0 + i * kAmxTileRows) * n);
     }
   };
-  on_shared_counter(num_items, [&](std::atomic<int64_t>& next) {
+  on_runs(num_items, [&](const auto& take) {
     _tile_loadconfig(&config);  // the tile shapes are per thread
     alignas(64) Sums sums;
-    for (int64_t item = next++; item < num_items; item = next++) multiply_item(item, sums);
+    for (int64_t item = take(); item >= 0; item = take()) multiply_item(item, sums);
     _tile_release();
   });
 }
