@@ -42,6 +42,16 @@ def test_ties_pick_the_first_maximum_and_minus_infinity_counts_for_nothing(kerne
     assert kernels.greedy_summary(x)[0][0].item() == 11
 
 
+@pytest.mark.parametrize("places", [(47, 48, 100), (63, 64), (130, 2000, 49151), (5, 49151), (10, 49155), (49153, 49158)])
+def test_the_first_of_tied_maxima_wherever_they_fall(kernels, places: tuple[int, ...]) -> None:
+    """Ties in different lanes, vectors and passes of the vectorised maximum, and in the scalar tail."""
+    x = logits(2, 49152 + 7, seed=len(places))
+    x[:, list(places)] = 50.0
+    x[1, places[-1] + 1 :] = -INF
+    check_against_torch(kernels, x)
+    assert (kernels.greedy_summary(x)[0] == places[0]).all()
+
+
 def test_rows_may_be_further_apart_than_their_width(kernels) -> None:
     wide = logits(4, 50)
     check_against_torch(kernels, wide[:, 3:40])
