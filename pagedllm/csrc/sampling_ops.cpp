@@ -1,6 +1,6 @@
-// One pass for the max and its position and one for the sum of exponentials per row, on vectors: 2.7 ms for a
-// decode step's [64, 49152] logits on 2 AVX2 cores (before the max kept its position and four chains), where
-// torch's logsumexp and argmax took 7.5 and 4.7 ms (docs/engine.md).
+// One pass for the maximum and its first position and one for the sum of exponentials per row, on vectors. On a
+// decode step's [64, 49152] float32 logits and 2 AVX2 cores torch's logsumexp and argmax took 7.5 and 4.7 ms, an
+// earlier form of these passes 2.7 ms (docs/engine.md).
 #include "sampling_ops.h"
 
 #include <algorithm>
@@ -38,9 +38,8 @@ RowMax row_max(const float* x, int64_t vocab) {
       where[c] = higher ? lane + static_cast<int32_t>(j + c * kLanes) : where[c];
       nan |= v != v;
     }
-  RowMax top{kNegInf, 0};
+  RowMax top{kNegInf, vocab};
   for (int64_t c = 0; c < kChains; ++c) top.value = std::max(top.value, reduce_max(best[c]));
-  top.at = vocab;
   for (int64_t c = 0; c < kChains; ++c)
     for (int64_t i = 0; i < kLanes; ++i)
       if (best[c][i] == top.value) top.at = std::min<int64_t>(top.at, where[c][i]);
