@@ -23,7 +23,7 @@ void on_shared_counter(int64_t n, const Body& body) {
 // Items [0, n) dealt as one run of consecutive items per thread. Each thread takes its own run from the
 // front, in order, and then what is left of the others' runs from their backs, so a thread's reads stay one
 // forward stream until the very end (threads taking alternate items of a weight streamed it at 10.7 ms a
-// decode step's 30 layers at 32 rows, against 7.4 ms in runs: docs/models.md).
+// decode step's 30 layers at 32 rows, against 7.8-8.1 ms in runs: docs/models.md).
 class Runs {
  public:
   Runs(int64_t n, int64_t threads) : runs_(new Run[threads]), threads_(threads) {
