@@ -408,10 +408,7 @@ class Kernel {
                                                    : Keys{};
       load_keys(t, key0, key_begin, key_end, after, s, !lanes);
       if (lanes && kTiles) {  // scores [key][row] as for lanes, multiplied on tiles
-        const int64_t first_vec = first / kLanes;
-        score_tiles(s, width, first_vec);
-        softmax_lanes(s, width, first_vec, key0, n);
-        accumulate_tiles(s, width, first_vec, n);
+        attend_tiles(s, width, first / kLanes, key0, n);
       } else if (lanes) {  // scores [key][row]: rows in vector lanes
         const int64_t first_vec = first / kLanes;
         score_lanes(s, width, first_vec, n);
@@ -698,45 +695,61 @@ class Kernel {
   }
 
   // Online softmax over keys key0 .. key0+n-1 for a vector of rows at a time; scores become probabilities.
-  // Scores from tiles are unscaled: max(scale x) = scale max(x), so the scale joins at the max and the exponent.
   void softmax_lanes(Scratch& s, int64_t width, int64_t first_vec, int64_t key0, int64_t n) const {
+    for (int64_t v = first_vec; v < width / kLanes; ++v) softmax_vector(s, width, v, key0, n);
+  }
+
+  // The online softmax step of row vector v. Scores from tiles are unscaled: max(scale x) = scale max(x), so the
+  // scale joins at the max and the exponent.
+  void softmax_vector(Scratch& s, int64_t width, int64_t v, int64_t key0, int64_t n) const {
     const float scale = kTiles ? a_.scale : 1.0f;
-    for (int64_t v = first_vec; v < width / kLanes; ++v) {
-      const int64_t at = v * kLanes;
-      const fvec limit = loadv(s.limit.data() + at);
-      // below the diagonal every real row sees every key of the tile (padding rows, limit -1, are not read)
-      const float first_limit = -reduce_max(limit < 0.0f ? splat(kNegInf) : -limit);
-      const bool all_visible = static_cast<float>(key0 + n - 1) <= first_limit;
-      auto visible_score = [&](int64_t j) {  // key j's scores, masked (and stored so) where past a row's position
-        float* p = s.scores.data() + j * width + at;
-        if (all_visible) return loadv(p);
-        const fvec masked = splat(static_cast<float>(key0 + j)) <= limit ? loadv(p) : splat(kNegInf);
-        storev(p, masked);
-        return masked;
+    const int64_t at = v * kLanes;
+    const fvec limit = loadv(s.limit.data() + at);
+    // below the diagonal every real row sees every key of the tile (padding rows, limit -1, are not read)
+    const float first_limit = -reduce_max(limit < 0.0f ? splat(kNegInf) : -limit);
+    const bool all_visible = static_cast<float>(key0 + n - 1) <= first_limit;
+    auto visible_score = [&](int64_t j) {  // key j's scores, masked (and stored so) where past a row's position
+      float* p = s.scores.data() + j * width + at;
+      if (all_visible) return loadv(p);
+      const fvec masked = splat(static_cast<float>(key0 + j)) <= limit ? loadv(p) : splat(kNegInf);
+      storev(p, masked);
+      return masked;
+    };
+    // four running maxima: one chain of vmaxps would wait out each one's latency (prefill 5% faster)
+    fvec maxima[4] = {splat(kNegInf), splat(kNegInf), splat(kNegInf), splat(kNegInf)};
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4)
+      for (int64_t i = 0; i < 4; ++i) maxima[i] = vmax(maxima[i], visible_score(j + i));
+    for (; j < n; ++j) maxima[0] = vmax(maxima[0], visible_score(j));
+    const fvec tile_max = vmax(vmax(maxima[0], maxima[1]), vmax(maxima[2], maxima[3]));
+    const fvec old_max = loadv(s.m.data() + at);
+    const fvec new_max = vmax(old_max, tile_max * scale);
+    const fvec shift = new_max == kNegInf ? fvec{} : new_max;  // a row with no key yet stays empty
+    const fvec alpha = fast_exp(old_max - shift);
+    fvec sum{};
+    if constexpr (kTiles) {  // straight to the probability pairs the value tiles multiply (zero from n on)
+      auto probability = [&](int64_t j) {
+        return j < n ? round_to_bf16(fast_exp(loadv(s.scores.data() + j * width + at) * scale - shift)) : fvec{};
       };
-      // four running maxima: one chain of vmaxps would wait out each one's latency (prefill 5% faster)
-      fvec maxima[4] = {splat(kNegInf), splat(kNegInf), splat(kNegInf), splat(kNegInf)};
-      int64_t j = 0;
-      for (; j + 4 <= n; j += 4)
-        for (int64_t i = 0; i < 4; ++i) maxima[i] = vmax(maxima[i], visible_score(j + i));
-      for (; j < n; ++j) maxima[0] = vmax(maxima[0], visible_score(j));
-      const fvec tile_max = vmax(vmax(maxima[0], maxima[1]), vmax(maxima[2], maxima[3]));
-      const fvec old_max = loadv(s.m.data() + at);
-      const fvec new_max = vmax(old_max, tile_max * scale);
-      const fvec shift = new_max == kNegInf ? fvec{} : new_max;  // a row with no key yet stays empty
-      const fvec alpha = fast_exp(old_max - shift);
-      fvec sum{};
+      for (int64_t j = 0; j < kCopyKeys; j += 2) {
+        const fvec lo = probability(j), hi = probability(j + 1);
+        sum += lo;
+        sum += hi;
+        const uvec pair = pair_up(lo, hi);
+        std::memcpy(s.p_pairs.data() + j / 2 * width + at, &pair, sizeof pair);
+      }
+    } else {
       for (int64_t j = 0; j < n; ++j) {
         float* p = s.scores.data() + j * width + at;
         fvec e = fast_exp(loadv(p) * scale - shift);
-        if (kPairs || kTiles) e = round_to_bf16(e);  // the value loop multiplies them as bfloat16: l sums the same
+        if (kPairs) e = round_to_bf16(e);  // the value loop multiplies them as bfloat16: l sums the same
         storev(p, e);
         sum += e;
       }
-      storev(s.l.data() + at, loadv(s.l.data() + at) * alpha + sum);
-      storev(s.m.data() + at, new_max);
-      storev(s.alpha.data() + at, alpha);
     }
+    storev(s.l.data() + at, loadv(s.l.data() + at) * alpha + sum);
+    storev(s.m.data() + at, new_max);
+    storev(s.alpha.data() + at, alpha);
   }
 
   // acc_r = alpha_r acc_r + sum_j p_rj v_j, up to kRowBlock rows at a time with their outputs in registers.
@@ -865,30 +878,40 @@ class Kernel {
   }
   static void release_tiles() { _tile_release(); }
 
+  // One copy of keys for the rows from vector first_vec on, a vector of rows at a time through scores, softmax and
+  // values, so that its scores (64 lines) stay in the L1 between the three (all vectors' scores of one phase
+  // before the next: the L2's).
+  void attend_tiles(Scratch& s, int64_t width, int64_t first_vec, int64_t key0, int64_t n) const {
+    make_value_columns(s, n);
+    for (int64_t v = first_vec; v < width / kLanes; ++v) {
+      score_tiles(s, width, v);
+      softmax_vector(s, width, v, key0, n);
+      accumulate_tiles(s, width, v);
+    }
+  }
+
   // scores [key][row] = K Q^T (unscaled) for every key of the copy (past n the copy's stale rows: never read),
-  // a vector of rows at a time: each K tile is one run of 16 keys x 32 dims as the copy holds them, and each
-  // query tile 16 dim pairs x the vector's 16 rows.
-  void score_tiles(Scratch& s, int64_t width, int64_t first_vec) const {
+  // for row vector v: each K tile is one run of 16 keys x 32 dims as the copy holds them, and each query tile
+  // 16 dim pairs x the vector's 16 rows.
+  void score_tiles(Scratch& s, int64_t width, int64_t v) const {
     static_assert(kCopyKeys == 4 * kAmxTileRows, "a copy is four runs of 16 keys");
     const char* keys = reinterpret_cast<const char*>(s.keys);
     const int64_t width_bytes = width * 4;
-    for (int64_t v = first_vec; v < width / kLanes; ++v) {
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
-      for (int64_t c = 0; c < kDim / kAmxDepth; c += 2) {  // query tiles 5 and 7 in turn
-        score_runs<5>(keys + c * kAmxDepth * 2, s.q_pairs.data() + c * kAmxDepth / 2 * width + v * kLanes, width);
-        if (c + 1 < kDim / kAmxDepth)
-          score_runs<7>(keys + (c + 1) * kAmxDepth * 2, s.q_pairs.data() + (c + 1) * kAmxDepth / 2 * width + v * kLanes,
-                        width);
-      }
-      float* scores = s.scores.data() + v * kLanes;
-      _tile_stored(0, scores, width_bytes);
-      _tile_stored(1, scores + kAmxTileRows * width, width_bytes);
-      _tile_stored(2, scores + 2 * kAmxTileRows * width, width_bytes);
-      _tile_stored(3, scores + 3 * kAmxTileRows * width, width_bytes);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t c = 0; c < kDim / kAmxDepth; c += 2) {  // query tiles 5 and 7 in turn
+      score_runs<5>(keys + c * kAmxDepth * 2, s.q_pairs.data() + c * kAmxDepth / 2 * width + v * kLanes, width);
+      if (c + 1 < kDim / kAmxDepth)
+        score_runs<7>(keys + (c + 1) * kAmxDepth * 2, s.q_pairs.data() + (c + 1) * kAmxDepth / 2 * width + v * kLanes,
+                      width);
     }
+    float* scores = s.scores.data() + v * kLanes;
+    _tile_stored(0, scores, width_bytes);
+    _tile_stored(1, scores + kAmxTileRows * width, width_bytes);
+    _tile_stored(2, scores + 2 * kAmxTileRows * width, width_bytes);
+    _tile_stored(3, scores + 3 * kAmxTileRows * width, width_bytes);
   }
 
   // Sums 0-3 (the copy's four runs of 16 keys) += those runs' K rows at `keys` (32 dims) times query tile kQuery
@@ -915,35 +938,31 @@ class Kernel {
 #undef PAGEDLLM_SCORE_RUNS
   }
 
-  // acc_lanes [dim][row] = alpha acc_lanes + V^T P over the copy's keys: value columns (keys past n zero) times
-  // probability pairs (zero past n), four 16-dim slices of a vector of rows at a time. The four slices' sums are
+  // acc_lanes [dim][row] = alpha acc_lanes + V^T P over the copy's keys for row vector v: value columns (keys past
+  // n zero) times probability pairs (zero past n), four 16-dim slices at a time. The four slices' sums are
   // independent, so their products are issued in turn: two in a row into one tile wait for each other.
-  void accumulate_tiles(Scratch& s, int64_t width, int64_t first_vec, int64_t n) const {
-    make_value_columns(s, n);
-    make_probability_pairs(s, width, first_vec, n, kCopyKeys);
+  void accumulate_tiles(Scratch& s, int64_t width, int64_t v) const {
     const int64_t width_bytes = width * 4;
-    for (int64_t v = first_vec; v < width / kLanes; ++v) {
-      rescale_outputs(s, width, v);
-      _tile_loadd(5, s.p_pairs.data() + v * kLanes, width_bytes);
-      _tile_loadd(7, s.p_pairs.data() + kCopyKeys / 4 * width + v * kLanes, width_bytes);
-      for (int64_t d0 = 0; d0 < kDim; d0 += 4 * kAmxTileRows) {
-        float* acc = s.acc_lanes.data() + d0 * width + v * kLanes;
-        const bf16_t* columns = s.v_columns.data() + d0 * kCopyKeys;
-        const int64_t slice = kAmxTileRows * width;  // floats from one 16-dim slice of acc to the next
-        _tile_loadd(0, acc, width_bytes);
-        _tile_loadd(1, acc + slice, width_bytes);
-        if constexpr (kDim >= 4 * kAmxTileRows) {
-          _tile_loadd(2, acc + 2 * slice, width_bytes);
-          _tile_loadd(3, acc + 3 * slice, width_bytes);
-        }
-        multiply_value_slices<5>(columns);
-        multiply_value_slices<7>(columns + kCopyKeys / 2);
-        _tile_stored(0, acc, width_bytes);
-        _tile_stored(1, acc + slice, width_bytes);
-        if constexpr (kDim >= 4 * kAmxTileRows) {
-          _tile_stored(2, acc + 2 * slice, width_bytes);
-          _tile_stored(3, acc + 3 * slice, width_bytes);
-        }
+    rescale_outputs(s, width, v);
+    _tile_loadd(5, s.p_pairs.data() + v * kLanes, width_bytes);
+    _tile_loadd(7, s.p_pairs.data() + kCopyKeys / 4 * width + v * kLanes, width_bytes);
+    for (int64_t d0 = 0; d0 < kDim; d0 += 4 * kAmxTileRows) {
+      float* acc = s.acc_lanes.data() + d0 * width + v * kLanes;
+      const bf16_t* columns = s.v_columns.data() + d0 * kCopyKeys;
+      const int64_t slice = kAmxTileRows * width;  // floats from one 16-dim slice of acc to the next
+      _tile_loadd(0, acc, width_bytes);
+      _tile_loadd(1, acc + slice, width_bytes);
+      if constexpr (kDim >= 4 * kAmxTileRows) {
+        _tile_loadd(2, acc + 2 * slice, width_bytes);
+        _tile_loadd(3, acc + 3 * slice, width_bytes);
+      }
+      multiply_value_slices<5>(columns);
+      multiply_value_slices<7>(columns + kCopyKeys / 2);
+      _tile_stored(0, acc, width_bytes);
+      _tile_stored(1, acc + slice, width_bytes);
+      if constexpr (kDim >= 4 * kAmxTileRows) {
+        _tile_stored(2, acc + 2 * slice, width_bytes);
+        _tile_stored(3, acc + 3 * slice, width_bytes);
       }
     }
   }
@@ -1004,8 +1023,7 @@ class Kernel {
 #else
   static void load_tile_config() {}
   static void release_tiles() {}
-  void score_tiles(Scratch&, int64_t, int64_t) const {}
-  void accumulate_tiles(Scratch&, int64_t, int64_t, int64_t) const {}
+  void attend_tiles(Scratch&, int64_t, int64_t, int64_t, int64_t) const {}
 #endif
 
   static void rows_from_lanes(Scratch& s, int64_t width) {
