@@ -97,8 +97,8 @@ inline uvec pair_up(fvec lo, fvec hi) {
 }
 
 // Lane i: lo[i] and hi[i] rounded to bfloat16 as one pair (lo in the low half), and the rounded values as float32
-// in lo, hi. For probabilities (never NaN, and fast_exp gives no denormals): with AVX512-BF16 the hardware
-// conversion, which then rounds as round_to_bf16 does in fewer instructions.
+// in lo, hi. With AVX512-BF16 by the hardware conversion: in fewer instructions, the same values as round_to_bf16
+// for probabilities (it reads denormals as zero, and fast_exp gives none; a NaN stays a NaN).
 inline uvec round_pair(fvec& lo, fvec& hi) {
 #if defined(__AVX512BF16__)
   auto widened = [](fvec v) {  // the bfloat16 bits of v in the low halves of 32-bit lanes
