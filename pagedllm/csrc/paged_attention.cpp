@@ -817,7 +817,7 @@ class Kernel {
   // feeds several FMAs, where there one value slice feeds as many FMAs as rows it holds in registers).
   void accumulate_lanes(Scratch& s, int64_t width, int64_t first_vec, int64_t n) const {
     if constexpr (kPairs) {
-      make_probability_pairs(s, width, first_vec, n, n);
+      make_probability_pairs(s, width, first_vec, n);
       make_value_pairs(s, n);
     }
     for_row_vectors(width, first_vec, [&](auto vecs, int64_t vec) {
@@ -864,13 +864,13 @@ class Kernel {
     }
   }
 
-  // Pairs of consecutive keys' probabilities, per row, for keys [0, keys): [key / 2][row]; keys from n on
-  // (a missing last partner, the rest of a tile) are zero.
-  static void make_probability_pairs(Scratch& s, int64_t width, int64_t first_vec, int64_t n, int64_t keys) {
-    for (int64_t j = 0; j < keys; j += 2)
+  // Pairs of consecutive keys' probabilities, per row, for keys [0, n): [key / 2][row]; a missing last partner
+  // (odd n) is zero.
+  static void make_probability_pairs(Scratch& s, int64_t width, int64_t first_vec, int64_t n) {
+    for (int64_t j = 0; j < n; j += 2)
       for (int64_t v = first_vec; v < width / kLanes; ++v) {
         const float* p = s.scores.data() + j * width + v * kLanes;
-        const uvec pair = pair_up(j < n ? loadv(p) : fvec{}, j + 1 < n ? loadv(p + width) : fvec{});
+        const uvec pair = pair_up(loadv(p), j + 1 < n ? loadv(p + width) : fvec{});
         std::memcpy(s.p_pairs.data() + j / 2 * width + v * kLanes, &pair, sizeof pair);
       }
   }
