@@ -305,6 +305,10 @@ struct Scratch {
   line_vector<float> m, l, alpha, limit;  // [padded rows]; limit: the last key position a row may see
   line_vector<unsigned char> kv_copy;  // K rows, then V rows, of the keys being scored (cache dtype)
   const void* rows[kCopyKeys] = {};  // few rows: the K rows of the keys being scored, where they lie in the cache
+  // few rows: the K rows of the next copy (V is value_offset_ further), requested into L2 while this copy's keys
+  // are scored and accumulated; next_count of them (0 for many rows, whose copy requests them all)
+  const void* next_rows[kCopyKeys] = {};
+  int64_t next_count = 0;
   const void* keys = nullptr;    // the current key tile's first K and V rows in kv_copy (rows head_dim apart)
   const void* values = nullptr;
 
@@ -533,11 +537,13 @@ class Kernel {
       if (next_count > 0)
         for_each_key(*after.tile, after.key0, next_count, [&](int64_t j, const T* k) { next[j] = k; });
       // rows in the order j = 0, 16, 32, 48, 1, ...: with blocks of 16, four blocks' K and V streams in flight,
-      // each read in order; with each row, the same row of the next copy is requested into L2
+      // each read in order. The same rows of the next copy are requested into L2: with each row here when the
+      // rows are copied; in place, only the first row of each stream here, the rest while this copy is scored
+      // (K) and accumulated (V), so that those requests go out while the arithmetic runs (docs/attention.md).
       Chunk touched{};
       for (int64_t r = 0; r < kCopyStride; ++r)
         for (int64_t j = r; j < count; j += kCopyStride) {
-          if (j < next_count) {
+          if (j < next_count && (!in_place || r == 0)) {
             prefetch_row(next[j]);
             prefetch_row(next[j] + value_offset_);
           }
@@ -551,6 +557,8 @@ class Kernel {
           copy_row(v_copy + j * kDim, src[j] + value_offset_);
         }
       keep(touched);
+      s.next_count = in_place ? next_count : 0;
+      for (int64_t j = 0; j < s.next_count; ++j) s.next_rows[j] = next[j];
     }
     s.keys = k_copy + at * kDim;
     s.values = v_copy + at * kDim;
@@ -659,24 +667,27 @@ class Kernel {
 
   // Few rows (decodes): the scores of a copy's n keys, kKeyTile dot products per row at a time reduced together
   // into one vector (keys in lanes), into scores[row][key]. Rows go kScoreRows at a time so that each key row
-  // is loaded (and widened, for bfloat16) once for all of them.
+  // is loaded (and widened, for bfloat16) once for all of them. The first block of rows requests the next
+  // copy's K rows into L2, one per key scored.
   void score_rows(Scratch& s, int64_t first, int64_t num_rows, int64_t n) const {
     for (int64_t r0 = first; r0 < num_rows; r0 += kScoreRows) {
+      const int64_t requests = r0 == first ? s.next_count : 0;  // next rows to request
       switch (std::min(kScoreRows, num_rows - r0)) {
-        case 1: score_block<1>(s, r0, n); break;
-        case 2: score_block<2>(s, r0, n); break;
-        case 3: score_block<3>(s, r0, n); break;
-        default: score_block<kScoreRows>(s, r0, n); break;
+        case 1: score_block<1>(s, r0, n, requests); break;
+        case 2: score_block<2>(s, r0, n, requests); break;
+        case 3: score_block<3>(s, r0, n, requests); break;
+        default: score_block<kScoreRows>(s, r0, n, requests); break;
       }
     }
   }
 
   template <int kRows>
-  void score_block(Scratch& s, int64_t r0, int64_t n) const {
+  void score_block(Scratch& s, int64_t r0, int64_t n, int64_t requests) const {
     const float* q = s.q_rows.data() + r0 * kDim;
     for (int64_t j0 = 0; j0 < n; j0 += kKeyTile) {
       fvec dots[kRows][kKeyTile];
       for (int64_t j = 0; j < kKeyTile; ++j) {
+        if (j0 + j < requests) prefetch_row(static_cast<const T*>(s.next_rows[j0 + j]));
         const T* k = few_key_row(s, std::min(j0 + j, n - 1));
         fvec key[kChunks];
         for (int64_t c = 0; c < kChunks; ++c) key[c] = loadv(k + c * kLanes);
@@ -772,18 +783,20 @@ class Kernel {
   }
 
   // acc_r = alpha_r acc_r + sum_j p_rj v_j, up to kRowBlock rows at a time with their outputs in registers.
-  // p_rj = s.scores[r * kCopyKeys + j].
+  // p_rj = s.scores[r * kCopyKeys + j]. The first block of rows requests the next copy's V rows into L2, one per
+  // key accumulated.
   void accumulate(Scratch& s, int64_t first, int64_t num_rows, int64_t n) const {
     for (int64_t r0 = first; r0 < num_rows; r0 += kRowBlock) {
+      const int64_t requests = r0 == first ? s.next_count : 0;  // next rows to request
       switch (std::min(kRowBlock, num_rows - r0)) {
-        case 1: accumulate_rows<1>(s, r0, n); break;
-        case 2: accumulate_rows<2>(s, r0, n); break;
-        case 3: accumulate_rows<3>(s, r0, n); break;
-        case 4: accumulate_rows<4>(s, r0, n); break;
-        case 5: accumulate_rows<5>(s, r0, n); break;
-        case 6: accumulate_rows<6>(s, r0, n); break;
-        case 7: accumulate_rows<7>(s, r0, n); break;
-        default: accumulate_rows<kRowBlock>(s, r0, n); break;
+        case 1: accumulate_rows<1>(s, r0, n, requests); break;
+        case 2: accumulate_rows<2>(s, r0, n, requests); break;
+        case 3: accumulate_rows<3>(s, r0, n, requests); break;
+        case 4: accumulate_rows<4>(s, r0, n, requests); break;
+        case 5: accumulate_rows<5>(s, r0, n, requests); break;
+        case 6: accumulate_rows<6>(s, r0, n, requests); break;
+        case 7: accumulate_rows<7>(s, r0, n, requests); break;
+        default: accumulate_rows<kRowBlock>(s, r0, n, requests); break;
       }
     }
   }
@@ -791,7 +804,7 @@ class Kernel {
   // Two slices of the head at a time where the registers allow (kRows x 2 accumulators): a copy's 64 keys make
   // each accumulator a chain of 64 FMAs, and with one slice the out-of-order window does not reach the next.
   template <int kRows>
-  void accumulate_rows(Scratch& s, int64_t r0, int64_t n) const {
+  void accumulate_rows(Scratch& s, int64_t r0, int64_t n, int64_t requests) const {
     constexpr int64_t kSlices = kChunks % 2 == 0 && kRows <= 4 ? 2 : 1;
     const float* p = s.scores.data() + r0 * kCopyKeys;
     for (int64_t c0 = 0; c0 < kChunks; c0 += kSlices) {
@@ -800,6 +813,7 @@ class Kernel {
         for (int64_t c = 0; c < kSlices; ++c)
           out[b][c] = loadv(s.acc.data() + (r0 + b) * kDim + (c0 + c) * kLanes) * s.alpha[r0 + b];
       for (int64_t j = 0; j < n; ++j) {
+        if (c0 == 0 && j < requests) prefetch_row(static_cast<const T*>(s.next_rows[j]) + value_offset_);
         fvec v[kSlices];
         for (int64_t c = 0; c < kSlices; ++c) v[c] = loadv(few_value_row(s, j) + (c0 + c) * kLanes);
         for (int64_t b = 0; b < kRows; ++b) {
