@@ -24,20 +24,29 @@ HEADS, KV_HEADS, HEAD_DIM, BLOCK_SIZE, POOL_BLOCKS = 9, 3, 64, 16, 2800
 IMPLS = ("reference", "blockwise", "fast", "compiled")
 
 
-def make_workload(specs: list[tuple[int, int]], dtype: torch.dtype, seed: int = 0, shared_tokens: int = 0):
-    """(query, kv_cache, meta) for sequences (num_cached, query_len) with shuffled physical blocks; the blocks
-    of the first `shared_tokens` positions are the first sequence's in every table."""
+def make_workload(
+    specs: list[tuple[int, int]],
+    dtype: torch.dtype,
+    seed: int = 0,
+    shared_tokens: int = 0,
+    block_size: int = BLOCK_SIZE,
+    pool_blocks: int = POOL_BLOCKS,
+    in_order: bool = False,
+):
+    """(query, kv_cache, meta) for sequences (num_cached, query_len) with shuffled physical blocks (in_order:
+    each sequence's blocks one after another, from block 0); the blocks of the first `shared_tokens` positions
+    are the first sequence's in every table."""
     gen = torch.Generator().manual_seed(seed)
-    counts = [-(-(c + q) // BLOCK_SIZE) for c, q in specs]
-    perm = torch.randperm(POOL_BLOCKS, generator=gen).tolist()
-    tables = [perm[sum(counts[:i]) : sum(counts[: i + 1])] for i in range(len(counts))]
-    shared = shared_tokens // BLOCK_SIZE
+    counts = [-(-(c + q) // block_size) for c, q in specs]
+    order = list(range(pool_blocks)) if in_order else torch.randperm(pool_blocks, generator=gen).tolist()
+    tables = [order[sum(counts[:i]) : sum(counts[: i + 1])] for i in range(len(counts))]
+    shared = shared_tokens // block_size
     tables = [tables[0][:shared] + table[shared:] for table in tables]
-    cache = allocate_kv_caches(1, POOL_BLOCKS, BLOCK_SIZE, KV_HEADS, HEAD_DIM, dtype)[0]
-    full = AttentionMetadata.build(tables, [0] * len(specs), [c + q for c, q in specs], BLOCK_SIZE)
+    cache = allocate_kv_caches(1, pool_blocks, block_size, KV_HEADS, HEAD_DIM, dtype)[0]
+    full = AttentionMetadata.build(tables, [0] * len(specs), [c + q for c, q in specs], block_size)
     tokens = full.slot_mapping.numel()
     write_kv(torch.randn(tokens, KV_HEADS, HEAD_DIM), torch.randn(tokens, KV_HEADS, HEAD_DIM), cache, full.slot_mapping)
-    meta = AttentionMetadata.build(tables, [c for c, _ in specs], [q for _, q in specs], BLOCK_SIZE)
+    meta = AttentionMetadata.build(tables, [c for c, _ in specs], [q for _, q in specs], block_size)
     query = torch.randn(sum(q for _, q in specs), HEADS, HEAD_DIM, generator=gen).to(dtype)
     return query, cache, meta
 

@@ -4,9 +4,10 @@
         [--seqs 64] [--block-sizes 16 128] [--reps 10] [--threads 2]
 
 A decode step reads every sequence's K/V once per layer, from caches far larger than the CPU's caches. This
-builds one cache per layer (SmolLM2's 9 heads over 3, head_dim 64) holding `--seqs` sequences of 100-600
-cached tokens, with each sequence's blocks in shuffled order and in order, for each block size, and times
-one decode (one new token per sequence) through all the layers with each build in turn. Prints the median
+builds one cache per layer (attention_bench's shapes: SmolLM2's 9 heads over 3, head_dim 64) holding
+`--seqs` sequences of 100-600 cached tokens, with each sequence's blocks in shuffled order and in order, for
+each block size, and times one decode (one new token per sequence) through all the layers with each build
+in turn. Prints the median
 ms per pass and the K/V read rate for each build. The builds are `pagedllm_cpu_<key>.so` files, as for
 kernel_ab; list them as A B A B and compare like positions.
 """
@@ -18,28 +19,19 @@ import time
 
 import torch
 
-from pagedllm.attention import AttentionMetadata, allocate_kv_caches, write_kv
+from pagedllm.bench.attention_bench import HEAD_DIM, HEADS, KV_HEADS, make_workload
 from pagedllm.bench.kernel_ab import load_build
-
-HEADS, KV_HEADS, HEAD_DIM = 9, 3, 64
 
 
 def make_layers(contexts: list[int], block_size: int, in_order: bool, layers: int, dtype: torch.dtype):
-    """[(kv_cache, decode metadata)] per layer: every sequence's cached tokens written, blocks in order or not."""
-    counts = [-(-(c + 1) // block_size) for c in contexts]
-    pool = sum(counts)
-    out = []
-    for _ in range(layers):
-        order = list(range(pool)) if in_order else torch.randperm(pool).tolist()
-        starts = [sum(counts[:i]) for i in range(len(counts))]
-        tables = [order[start : start + count] for start, count in zip(starts, counts)]
-        cache = allocate_kv_caches(1, pool, block_size, KV_HEADS, HEAD_DIM, dtype)[0]
-        full = AttentionMetadata.build(tables, [0] * len(contexts), [c + 1 for c in contexts], block_size)
-        tokens = full.slot_mapping.numel()
-        keys, values = torch.randn(2, tokens, KV_HEADS, HEAD_DIM)
-        write_kv(keys, values, cache, full.slot_mapping)
-        out.append((cache, AttentionMetadata.build(tables, contexts, [1] * len(contexts), block_size)))
-    return out
+    """[(kv_cache, decode metadata)] per layer: every sequence's cached tokens written, blocks in order or not,
+    in a pool of just the blocks they take."""
+    specs = [(c, 1) for c in contexts]
+    pool = sum(-(-(c + 1) // block_size) for c in contexts)
+    return [
+        make_workload(specs, dtype, seed=layer, block_size=block_size, pool_blocks=pool, in_order=in_order)[1:]
+        for layer in range(layers)
+    ]
 
 
 def time_builds(builds: list, layers: list, query: torch.Tensor, reps: int) -> list[float]:
