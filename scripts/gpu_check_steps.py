@@ -30,7 +30,7 @@ SMALL_SHAPE = dict(
     hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
     vocab_size=512, max_position_embeddings=1024, rope_theta=10000.0, tie_word_embeddings=True,
 )
-NOT_NEEDED = ("fastapi", "uvicorn", "pydantic", "gguf", "openai")
+NOT_NEEDED = ("fastapi", "starlette", "uvicorn", "pydantic", "gguf", "openai")
 
 
 def make_model(out: Path, small: bool, seed: int = 0) -> None:
@@ -174,7 +174,9 @@ def imports() -> int:
     import pagedllm.bench.throughput  # noqa: F401
     import pagedllm.engine.llm_engine  # noqa: F401
     import pagedllm.entrypoints.llm  # noqa: F401
+    from pagedllm.entrypoints.cli import build_parser
 
+    build_parser()  # every subcommand's arguments, as `python -m pagedllm bench ...` builds them
     loaded = sorted({m.split(".")[0] for m in sys.modules} & set(NOT_NEEDED))
     print(f"  server/GGUF packages imported by the engine path: {loaded or 'none'}")
     return 1 if loaded else 0

@@ -10,7 +10,7 @@ import uvicorn
 from pagedllm.engine.async_engine import AsyncEngine, EngineProtocol
 from pagedllm.engine.engine_thread import EngineThread
 from pagedllm.entrypoints.server.app import create_app
-from pagedllm.entrypoints.server.body_limit import DEFAULT_MAX_REQUEST_BYTES
+from pagedllm.entrypoints.server import DEFAULT_MAX_REQUEST_BYTES
 from pagedllm.entrypoints.server.memory import freed_memory_releaser
 from pagedllm.metrics import ServerMetrics
 

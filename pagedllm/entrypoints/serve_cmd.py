@@ -10,7 +10,7 @@ import signal
 from typing import Any
 
 from pagedllm.entrypoints.engine_args import add_engine_arguments, engine_config_from_args
-from pagedllm.entrypoints.server.body_limit import DEFAULT_MAX_REQUEST_BYTES
+from pagedllm.entrypoints.server import DEFAULT_MAX_REQUEST_BYTES
 
 API_KEY_ENV = "PAGEDLLM_API_KEY"
 

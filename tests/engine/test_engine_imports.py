@@ -7,9 +7,12 @@ import sys
 
 CODE = """
 import sys
-for name in ("triton", "fastapi", "uvicorn", "pydantic", "gguf", "openai"):
+for name in ("triton", "fastapi", "starlette", "uvicorn", "pydantic", "gguf", "openai"):
     sys.modules[name] = None  # `import name` now raises ImportError, as if it were not installed
 import pagedllm, pagedllm.engine.cuda_graphs, pagedllm.engine.pool_sizing, pagedllm.bench.throughput
+from pagedllm.entrypoints.cli import build_parser
+
+assert build_parser().parse_args(["bench", "throughput", "--model", sys.argv[1]]).workload == "mixed"
 from pagedllm.config import EngineConfig
 from pagedllm.engine.llm_engine import LLMEngine
 from pagedllm.sampling_params import SamplingParams

@@ -26,7 +26,7 @@ import pytest
 from spawned_server import start_logged
 
 from pagedllm.bench.soak import LEFT_BEHIND, scrape
-from pagedllm.entrypoints.server.body_limit import DEFAULT_MAX_REQUEST_BYTES
+from pagedllm.entrypoints.server import DEFAULT_MAX_REQUEST_BYTES
 
 CONTEXT = 4096
 GAP_FACTOR = 20  # the longest gap may be this many median gaps

@@ -10,8 +10,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pagedllm.entrypoints.server.errors import body_too_large, error_response
 
-DEFAULT_MAX_REQUEST_BYTES = 4 * 2**20
-
 
 class BodyLimit:
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
