@@ -43,13 +43,17 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m pagedllm.bench.profile_step")
     add_arguments(parser)
+    parser.add_argument("--top", type=int, default=0, help="also list the N functions with the most self time")
     args = parser.parse_args(argv)
     engine = load_engine(engine_config(args))
     workload = workload_for(engine, args)
     profiler = cProfile.Profile()
     result = profiler.runcall(run_engine, engine, workload, "profiled", not args.no_progress)
     print(f"{result.output_tokens_per_s:.1f} output tok/s over {result.steps} steps ({result.elapsed_s:.1f} s)")
-    print_split(pstats.Stats(profiler), result.elapsed_s)
+    stats = pstats.Stats(profiler)
+    print_split(stats, result.elapsed_s)
+    if args.top:
+        stats.sort_stats("tottime").print_stats(args.top)
     return 0
 
 

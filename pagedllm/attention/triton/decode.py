@@ -13,7 +13,7 @@ import triton.language as tl
 from pagedllm.attention.triton.tile import attend_tile, upcast_dot
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["split_len", "num_splits", "stride_table"])  # they change from step to step
 def paged_decode_kernel(
     q_ptr, k_ptr, v_ptr, tables_ptr, seq_lens_ptr, seq_ids_ptr, rows_ptr,
     m_ptr, l_ptr, o_ptr,  # partials: m, l [num_decode, H, P] f32; o [num_decode, H, P, head_dim] f32

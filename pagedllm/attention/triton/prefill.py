@@ -13,7 +13,7 @@ import triton.language as tl
 from pagedllm.attention.triton.tile import attend_tile, upcast_dot
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride_table"])  # the block table's width changes from step to step
 def paged_prefill_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr, tables_ptr, seq_lens_ptr, query_start_ptr, tile_seq_ptr, tile_start_ptr,
     scale,

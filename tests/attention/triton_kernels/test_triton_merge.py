@@ -1,15 +1,18 @@
 """The split-merge kernel follows merge_partials exactly, ignoring splits past the sequence's end."""
 
+import pytest
 import torch
 
 from pagedllm.attention.merge import merge_partials
 from pagedllm.attention.triton.loader import kernels
 
 
-def test_merge_kernel_matches_merge_partials(device: torch.device) -> None:
-    gen = torch.Generator().manual_seed(0)
-    num_seqs, heads, splits, head_dim, split_len = 3, 4, 5, 16, 8
-    seq_lens = torch.tensor([40, 9, 17])  # 5, 2 and 3 splits written
+# (splits, seq_lens): 5, 2 and 3 splits written of 5; then 37, 17 and 16 of 37 (several chunks of 16 splits)
+@pytest.mark.parametrize("splits,lens", [(5, [40, 9, 17]), (37, [296, 129, 128])])
+def test_merge_kernel_matches_merge_partials(splits: int, lens: list[int], device: torch.device) -> None:
+    gen = torch.Generator().manual_seed(splits)
+    num_seqs, heads, head_dim, split_len = 3, 4, 16, 8
+    seq_lens = torch.tensor(lens)
     m = torch.randn(num_seqs, heads, splits, generator=gen) * 1000  # scores 1e3 apart: no overflow, no NaN
     l = torch.rand(num_seqs, heads, splits, generator=gen) + 0.5
     o = torch.randn(num_seqs, heads, splits, head_dim, generator=gen)
