@@ -80,6 +80,19 @@ def to_device(host: torch.Tensor, device: torch.device, what: str) -> torch.Tens
     return host.to(device, non_blocking=True)
 
 
+def to_device_packed(parts: list[torch.Tensor], device: torch.device, what: str) -> list[torch.Tensor]:
+    """Several 1-D host tensors of one dtype to the device in one copy (to_device), as views that each
+    start 16 bytes aligned. Triton compiles a kernel once per alignment of its pointer arguments, so views
+    at arbitrary offsets would make new combinations, and new compiles, in the middle of a run."""
+    per_line = max(1, 16 // parts[0].element_size())
+    padded = [-(-p.numel() // per_line) * per_line for p in parts]
+    flat = torch.zeros(sum(padded), dtype=parts[0].dtype)
+    for piece, part in zip(flat.split(padded), parts):
+        piece[: part.numel()] = part
+    sent = to_device(flat, device, what)
+    return [piece[: part.numel()] for piece, part in zip(sent.split(padded), parts)]
+
+
 def to_host(tensor: torch.Tensor, what: str, pinned: bool = False) -> torch.Tensor:
     """Copy a device tensor to the host; the same tensor when it is on the CPU.
 

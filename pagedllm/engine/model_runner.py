@@ -14,7 +14,7 @@ import torch
 from pagedllm.attention import AttentionMetadata, allocate_kv_caches, copy_blocks, kv_cache_bytes_per_block
 from pagedllm.attention.compiled import compiled_copy_blocks
 from pagedllm.config import parse_memory_size  # noqa: F401  (one parser for the whole project; re-exported)
-from pagedllm.engine.device import current, to_device
+from pagedllm.engine.device import current, to_device_packed
 from pagedllm.engine.host_memory import keep_freed_memory
 from pagedllm.errors import InvalidInputError
 from pagedllm.engine.step_tensors import SeqInput, StepTensors
@@ -117,7 +117,7 @@ class ModelRunner:
         parts = [host.input_ids, host.positions, host.logits_rows]
         for meta in metas:
             parts += [meta.slot_mapping, meta.block_tables.reshape(-1), meta.seq_lens, meta.query_start_loc]
-        pieces = iter(to_device(torch.cat(parts), self.device, "step inputs").split([p.numel() for p in parts]))
+        pieces = iter(to_device_packed(parts, self.device, "step inputs"))
         ids, positions, rows = next(pieces), next(pieces), next(pieces)
         metas = [
             replace(meta, slot_mapping=next(pieces), block_tables=next(pieces).view(meta.block_tables.shape),

@@ -82,9 +82,12 @@ def test_runner_sends_the_step_in_one_copy_with_the_values_build_gives(tiny_llam
     with record_transfers() as log:
         step = runner.prepare(seqs)
     num_tokens, num_seqs, width, outputs = 6, 3, 2, 2
-    ints = 2 * num_tokens + num_tokens + num_seqs * width + num_seqs + num_seqs + 1 + outputs  # ids, pos, slots, ...
-    ints += outputs + outputs * width + outputs + outputs + 1  # the last layer's metadata of the output rows
+    parts = [num_tokens, num_tokens, outputs, num_tokens, num_seqs * width, num_seqs, num_seqs + 1]  # ids, pos, ...
+    parts += [outputs, outputs * width, outputs, outputs + 1]  # the last layer's metadata of the output rows
+    ints = sum(-(-n // 2) * 2 for n in parts)  # each part starts on a 16-byte line
     assert [(t.direction, t.what, t.nbytes) for t in log] == [("h2d", "step inputs", 8 * ints)]
+    sent = [step.input_ids, step.positions, step.logits_rows, step.meta.slot_mapping, step.meta.block_tables]
+    assert all(t.data_ptr() % 16 == 0 for t in sent), "a view at an odd offset: Triton would compile again"
     expected = AttentionMetadata.build([s.block_table for s in seqs], [2, 6, 0], [3, 1, 2], 4)
     expected_last = AttentionMetadata.build([s.block_table for s in seqs[:2]], [4, 6], [1, 1], 4)
     for name in ("slot_mapping", "block_tables", "seq_lens", "query_start_loc"):
@@ -94,6 +97,15 @@ def test_runner_sends_the_step_in_one_copy_with_the_values_build_gives(tiny_llam
     assert step.input_ids.tolist() == [5, 6, 7, 8, 9, 10]
     assert step.positions.tolist() == [2, 3, 4, 6, 0, 1]
     assert step.logits_rows.tolist() == [2, 3]
+
+
+def test_packed_copy_keeps_values_and_starts_every_part_on_a_16_byte_line():
+    parts = [torch.arange(n, dtype=torch.int64) * 7 + n for n in (3, 1, 0, 5, 2)]
+    with record_transfers() as log:
+        sent = device_mod.to_device_packed(parts, torch.device("cpu"), "step inputs")
+    assert [t.nbytes for t in log] == [8 * (4 + 2 + 0 + 6 + 2)]
+    assert [t.tolist() for t in sent] == [t.tolist() for t in parts]
+    assert all(t.data_ptr() % 16 == 0 for t in sent)
 
 
 def step_transfers(engine) -> list[list[tuple[str, str]]]:

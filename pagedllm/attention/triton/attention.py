@@ -12,7 +12,7 @@ import torch
 
 from pagedllm.attention.metadata import AttentionMetadata
 from pagedllm.attention.triton.loader import check_device, kernels
-from pagedllm.engine.device import to_device
+from pagedllm.engine.device import to_device_packed
 
 BLOCK_N = 32  # keys per tile
 MIN_SPLIT_TOKENS = 256  # shorter splits cost more in partials and merging than they gain in parallelism
@@ -71,10 +71,8 @@ def make_plan(
     decode, rows, tile_seq, tile_start = work_lists(meta.query_lens_list, block_m)
     longest = max((meta.seq_lens_list[i] for i in decode), default=1)
     chosen = split_len or default_split_len(longest, len(decode) * kvh, query.device)
-    lists = (decode, rows, tile_seq, tile_start)
-    flat = torch.tensor([x for xs in lists for x in xs], dtype=torch.int64)
-    sent = to_device(flat, query.device, "attention plan")  # one copy for the four lists
-    decode_ids, decode_rows, seqs, starts = sent.split([len(xs) for xs in lists])
+    lists = [torch.tensor(xs, dtype=torch.int64) for xs in (decode, rows, tile_seq, tile_start)]
+    decode_ids, decode_rows, seqs, starts = to_device_packed(lists, query.device, "attention plan")  # one copy
     return TritonPlan(decode_ids, decode_rows, chosen, -(-longest // chosen), seqs, starts, block_m, split_len)
 
 
