@@ -164,7 +164,8 @@ def compare_graphs(out_dir: Path) -> int:
     on, off = (json.loads((out_dir / f"bench_{name}.json").read_text())["runs"][0] for name in ("graphs", "eager"))
     ratio = on["output_tokens_per_s"] / off["output_tokens_per_s"]
     for label, run in (("CUDA graphs on", on), ("enforce_eager", off)):
-        print(f"  {label}: {run['output_tokens_per_s']:.0f} output tok/s, {run['elapsed_s']:.2f} s")
+        print(f"  {label}: {run['output_tokens_per_s']:.0f} output tok/s, {run['elapsed_s']:.2f} s, "
+              f"TTFT p50 {run['ttft_s']['p50'] * 1e3:.0f} ms, TPOT p50 {run['tpot_s']['p50'] * 1e3:.1f} ms")
     print(f"  graphs on / off: {ratio:.2f}x")
     return 0
 
