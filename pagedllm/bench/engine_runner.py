@@ -85,6 +85,9 @@ def config_summary(config: EngineConfig) -> dict:
         "preemption_mode": config.preemption_mode,
         "attention_impl": config.attention_impl,
         "tensor_parallel_size": getattr(config, "tensor_parallel_size", 1),
+        "device": config.device,
+        "gpu_memory_utilization": config.gpu_memory_utilization,  # sizes the pool on CUDA, not kv_cache_memory
+        "enforce_eager": config.enforce_eager,
     }
 
 

@@ -35,6 +35,40 @@ def test_engine_on_triton_gives_the_reference_greedy_tokens(tiny_llama_dir, devi
     assert engine_tokens(tiny_llama_dir, str(device), "triton", prompts) == expected
 
 
+def run_requests(model_dir, device: str, impl: str, requests: list, **options) -> tuple[list, int]:
+    """Every (prompt, params) to the end: each request's completions' tokens, and the preemptions taken."""
+    config = EngineConfig(model=str(model_dir), block_size=4, max_num_batched_tokens=32, dtype="float32",
+                          device=device, attention_impl=impl, max_model_len=64, **options)  # fmt: skip
+    engine = LLMEngine(config)
+    ids = [engine.add_request(None, prompt, params) for prompt, params in requests]
+    done = {}
+    while engine.has_unfinished_requests():
+        done.update({o.request_id: o for o in engine.step() if o.finished})
+    assert engine.kv.num_used_blocks == 0
+    return [[c.token_ids for c in done[i].outputs] for i in ids], engine.scheduler.num_preemptions
+
+
+def test_shared_blocks_and_swap_on_triton_match_the_reference_path(tiny_llama_dir, device, monkeypatch):
+    """n > 1 with seeds and beam search (forks that share blocks, copy-on-write through the block-copy
+    kernel), and swap preemption in a small pool: the same tokens as the reference attention on the same device."""
+    copies = []
+    copy_blocks = ModelRunner._copy_blocks
+    monkeypatch.setattr(ModelRunner, "_copy_blocks", lambda r, c: copies.append(r.attention_impl) or copy_blocks(r, c))
+    rng = random.Random(3)
+    prompts = [[rng.randrange(5, 384) for _ in range(n)] for n in (7, 10, 5, 9)]
+    sampled = SamplingParams(n=3, temperature=0.8, seed=11, max_tokens=6, ignore_eos=True)
+    beam = SamplingParams(n=2, use_beam_search=True, temperature=0.0, max_tokens=6)
+    greedy = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)
+    forks = [(prompts[0], sampled), (prompts[1], beam)]
+    swaps = [(p, greedy) for p in prompts]
+    for requests, options in ((forks, dict(num_blocks=64)), (swaps, dict(num_blocks=12, preemption_mode="swap"))):
+        expected, _ = run_requests(tiny_llama_dir, str(device), "reference", requests, **options)
+        got, preemptions = run_requests(tiny_llama_dir, str(device), "triton", requests, **options)
+        assert got == expected
+        assert preemptions > 0 or requests is forks
+    assert "triton" in copies  # copy-on-write ran on the Triton path
+
+
 def test_padded_decode_step_equals_the_eager_step(tiny_llama_dir, device):
     """The CUDA-graph step (static buffers, padding rows, fixed plan) against the plain step: same logits,
     and the padding rows write nothing into the pool. On the CPU the padded step runs eagerly."""
