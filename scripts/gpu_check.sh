@@ -11,7 +11,8 @@
 #   environment  torch / triton / CUDA versions and the GPU
 #   imports      the engine path imports none of fastapi, uvicorn, pydantic, gguf, openai
 #   kernels      the Triton kernel tests and the engine-on-Triton tests (tests/attention/triton_kernels)
-#                compiled on CUDA, no interpreter; there the padded decode step is a real CUDA graph
+#                compiled on CUDA, no interpreter; there the padded decode step is a real CUDA graph;
+#                and sampling on the GPU (tests/engine/test_sampler_device.py: seeded rows reproducible)
 #   model        a seeded random-weight model of the default model's shape (SmolLM2-135M), in OUT_DIR/model
 #   greedy       engine greedy tokens == transformers generate on that model, float32, CUDA graphs on and off
 #   bench        `pagedllm bench throughput` on the mixed workload vs transformers generate (static batches),
@@ -58,7 +59,8 @@ imports() {
 kernel_tests() {
     # TRITON_INTERPRET unset: the kernels compile for the GPU; the conftest then puts the tensors on CUDA.
     env -u TRITON_INTERPRET PAGEDLLM_TRITON_DEVICE=cuda \
-        "$PYTHON" -m pytest -q -p no:cacheprovider --durations=5 tests/attention/triton_kernels
+        "$PYTHON" -m pytest -q -p no:cacheprovider --durations=5 tests/attention/triton_kernels \
+        tests/engine/test_sampler_device.py
 }
 
 make_model() {
