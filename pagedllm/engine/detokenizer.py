@@ -28,6 +28,28 @@ class Tokenizer(Protocol):
     def decode(self, ids: list[int], skip_special_tokens: bool = ...) -> str: ...
 
 
+PROBE_TEXT = "Hello , world . It 's 3 ! Don't ?  a\n\tb 😀 中文 ü"  # spaces before punctuation: what clean-ups change
+
+
+def direct_decoder(tokenizer: Tokenizer) -> Tokenizer:
+    """The `tokenizers.Tokenizer` under a transformers fast tokenizer, where it decodes the same text.
+
+    An incremental decode calls decode twice per token; transformers' wrapper around the Rust decoder costs
+    more than the decoding itself (4.7 against 1.9 us for 12 ids). The wrapper can change the text (space
+    clean-up, a subclass's own decode), so the backend is used only without clean-up and when it decodes a
+    probe (text with spaces before punctuation, special tokens, the first ids) the same, with and without
+    skipping special tokens; else the tokenizer itself."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or getattr(tokenizer, "clean_up_tokenization_spaces", True):
+        return tokenizer
+    special = list(getattr(tokenizer, "all_special_ids", []))[:8]
+    probe = tokenizer.encode(PROBE_TEXT, add_special_tokens=False) + special + list(range(min(256, len(tokenizer))))
+    for skip in (False, True):
+        if backend.decode(probe, skip_special_tokens=skip) != tokenizer.decode(probe, skip_special_tokens=skip):
+            return tokenizer
+    return backend
+
+
 class IncrementalDetokenizer:
     """Turns one completion's tokens into text deltas; one instance per completion."""
 

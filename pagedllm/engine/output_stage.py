@@ -9,7 +9,7 @@ import torch
 
 from pagedllm.engine.beam import BeamSearch
 from pagedllm.engine.completion import Completion
-from pagedllm.engine.detokenizer import IncrementalDetokenizer, Tokenizer
+from pagedllm.engine.detokenizer import IncrementalDetokenizer, Tokenizer, direct_decoder
 from pagedllm.engine.outcome import BeamChoice, SampledToken, StepOutcome
 from pagedllm.engine.request import Request, Sequence
 from pagedllm.engine.sampler import SampleResult, SamplingRow, make_generator, sample
@@ -21,7 +21,7 @@ class OutputStage:
     def __init__(
         self, tokenizer: Tokenizer, eos_token_ids: set[int], seed: int, device: torch.device | str = "cpu"
     ) -> None:
-        self.tokenizer = tokenizer
+        self.tokenizer = direct_decoder(tokenizer)
         self.eos_token_ids = eos_token_ids
         self.device = torch.device(device)  # where the logits are: each completion's generator lives there
         self._rng = torch.Generator().manual_seed(seed)

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pagedllm.engine.detokenizer import IncrementalDetokenizer
+from pagedllm.engine.detokenizer import IncrementalDetokenizer, direct_decoder
 from pagedllm.sampling_params import SamplingParams
 
 GGUF = Path.home() / ".cache" / "pagedllm" / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -136,3 +136,39 @@ def test_finish_flushes_held_stop_prefix(tokenizer):
     ids = tokenizer.encode("ends with ST", add_special_tokens=False)
     detok, deltas = stream(tokenizer, ids, SamplingParams(stop=["STOP"]))
     assert deltas[-1].endswith("ST") and "".join(deltas) == detok.text == "ends with ST"
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_direct_decoder_streams_the_same_text(tokenizer, text):
+    """The Rust decoder under the transformers tokenizer, where it agrees, gives the same deltas."""
+    direct = direct_decoder(tokenizer)
+    assert direct is tokenizer.backend_tokenizer  # the default model's tokenizer adds nothing to it
+    ids = tokenizer.encode(text + "<|im_end|>", add_special_tokens=False)
+    prompt = tokenizer.encode("Say something:", add_special_tokens=False)
+    for skip in (True, False):
+        params = SamplingParams(skip_special_tokens=skip)
+        assert stream(direct, ids, params, prompt)[1] == stream(tokenizer, ids, params, prompt)[1]
+
+
+def test_direct_decoder_keeps_a_tokenizer_whose_decode_changes_the_text(tokenizer):
+    class Wrapper:  # the default model's tokenizer, its decode changed as a clean-up of spaces would
+        backend_tokenizer = tokenizer.backend_tokenizer
+        all_special_ids = tokenizer.all_special_ids
+        clean_up_tokenization_spaces = False
+
+        def __len__(self) -> int:
+            return len(tokenizer)
+
+        def encode(self, text, add_special_tokens=False):
+            return tokenizer.encode(text, add_special_tokens=add_special_tokens)
+
+        def decode(self, ids, skip_special_tokens=False):
+            return tokenizer.decode(ids, skip_special_tokens=skip_special_tokens).replace(" .", ".")
+
+    wrapper = Wrapper()
+    assert direct_decoder(wrapper) is wrapper  # the probe decodes differently
+    Wrapper.decode = lambda self, ids, skip_special_tokens=False: tokenizer.decode(ids, skip_special_tokens)
+    assert direct_decoder(wrapper) is tokenizer.backend_tokenizer  # now the same text
+    Wrapper.clean_up_tokenization_spaces = True
+    assert direct_decoder(wrapper) is wrapper  # clean-up asked for: never the backend
+    assert direct_decoder(tokenizer.backend_tokenizer) is tokenizer.backend_tokenizer  # no wrapper: itself
