@@ -76,14 +76,13 @@ class BlockPool:
         self.free_queue = FreeQueue(self.blocks)
         # Invariant: cached[d] is b iff b.block_hash.digest == d; one block per digest.
         self.cached: dict[BlockHash, Block] = {}
+        # Invariant: the number of cached blocks with ref_cnt 0 (stats read it every step; a pass over
+        # `cached` would cost as much as the pool is large).
+        self.num_cached_free_blocks = 0
 
     @property
     def num_free_blocks(self) -> int:
         return len(self.free_queue)
-
-    @property
-    def num_cached_free_blocks(self) -> int:
-        return sum(1 for b in self.cached.values() if b.ref_cnt == 0)
 
     def get_new_blocks(self, n: int) -> list[Block]:
         """Pop n blocks from the LRU head, evicting their cached hashes; each comes back with ref_cnt 1."""
@@ -98,15 +97,18 @@ class BlockPool:
         return out
 
     def _evict(self, block: Block) -> None:
+        """Forget a free block's hash (it is being reused)."""
         if block.block_hash is not None:
             del self.cached[block.block_hash.digest]
             block.block_hash = None
+            self.num_cached_free_blocks -= 1
 
     def touch(self, blocks: Iterable[Block]) -> None:
         """Take a reference; a free (cached) block leaves the free queue, keeping its hash."""
         for block in blocks:
             if block.ref_cnt == 0:
                 self.free_queue.remove(block)
+                self.num_cached_free_blocks -= block.block_hash is not None
             block.ref_cnt += 1
 
     def free_blocks(self, blocks: Iterable[Block]) -> None:
@@ -117,6 +119,7 @@ class BlockPool:
             block.ref_cnt -= 1
             if block.ref_cnt == 0:
                 self.free_queue.push_tail(block)
+                self.num_cached_free_blocks += block.block_hash is not None
 
     def get_cached_block(self, key: BlockKey) -> Block | None:
         """The cached block with exactly this key (full key compared, so a digest collision is a miss)."""
@@ -132,6 +135,7 @@ class BlockPool:
             return False
         block.block_hash = key
         self.cached[key.digest] = block
+        self.num_cached_free_blocks += block.ref_cnt == 0
         return True
 
     def reset_prefix_cache(self) -> bool:
@@ -142,4 +146,5 @@ class BlockPool:
         for block in self.cached.values():
             block.block_hash = None
         self.cached.clear()
+        self.num_cached_free_blocks = 0
         return True

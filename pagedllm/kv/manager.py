@@ -346,6 +346,9 @@ class KVCacheManager:
         for digest, block in self.pool.cached.items():
             _require(block.block_hash is not None and block.block_hash.digest == digest,
                      f"hash map entry for block {block.block_id} disagrees with the block's hash")
+        cached_free = sum(1 for b in self.pool.cached.values() if b.ref_cnt == 0)
+        _require(self.pool.num_cached_free_blocks == cached_free,
+                 f"cached free blocks counted {self.pool.num_cached_free_blocks}, there are {cached_free}")
         for block in self.pool.blocks:
             if block.block_hash is not None:
                 _require(self.pool.cached.get(block.block_hash.digest) is block,
