@@ -9,9 +9,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from pagedllm.engine.async_engine import AsyncEngine
-from pagedllm.entrypoints.server import chat, completions, info
+from pagedllm.entrypoints.server import DEFAULT_MAX_REQUEST_BYTES, chat, completions, info
 from pagedllm.entrypoints.server.auth import APIKeyAuth
-from pagedllm.entrypoints.server import DEFAULT_MAX_REQUEST_BYTES
 from pagedllm.entrypoints.server.body_limit import BodyLimit
 from pagedllm.entrypoints.server.errors import install_error_handlers
 from pagedllm.entrypoints.server.logprobs import TokenText
