@@ -18,6 +18,7 @@
 #   bench        `pagedllm bench throughput` on the mixed workload vs transformers generate (static batches),
 #                bfloat16, CUDA graphs on; then the same workload with --enforce-eager (graphs off)
 #   bandwidth    decode attention's achieved bandwidth vs a measured device-to-device copy
+#   profile      where a step's host time goes (profile_step, cProfile) with CUDA graphs, the top 25 functions
 set -u -o pipefail
 
 cd "$(dirname "$0")/.."
@@ -84,15 +85,21 @@ bandwidth() {
     "$PYTHON" scripts/gpu_check_steps.py bandwidth
 }
 
+profile() {
+    "$PYTHON" -m pagedllm.bench.profile_step --model "$OUT_DIR/model" --device cuda --dtype bfloat16 \
+        --workload mixed --no-progress --top 25
+}
+
 export PYTHON OUT_DIR
-export -f environment imports kernel_tests make_model greedy bench bandwidth
+export -f environment imports kernel_tests make_model greedy bench bandwidth profile
 step environment 30 environment
 step imports 30 imports
-step kernels 180 kernel_tests
+step kernels 140 kernel_tests
 step model 30 make_model
-step greedy 60 greedy
+step greedy 50 greedy
 step bench 120 bench
 step bandwidth 30 bandwidth
+step profile 40 profile
 
 cat "$OUT_DIR/summary.txt"
 exit $failed

@@ -44,6 +44,7 @@ def test_throughput_with_hf_baseline_writes_json(tiny_llama_dir, tmp_path, capsy
     env = data["environment"]
     assert env["threads"] == torch.get_num_threads() and env["torch_version"] == torch.__version__ and env["cpu_model"]
     assert data["engine_config"]["block_size"] == 8 and data["model"] == tiny_llama_dir.name
+    assert (data["engine_config"]["device"], data["engine_config"]["enforce_eager"]) == ("auto", False)
     assert "pagedllm / transformers" in capsys.readouterr().out
     assert "| pagedllm (paged, prefix cache on) |" in (tmp_path / "r.md").read_text()
 
@@ -106,3 +107,14 @@ def test_contiguous_allocator_admits_fewer_sequences(tiny_llama_dir, tmp_path, c
     printed = capsys.readouterr().out
     ratio_line = f"paged / contiguous: {data['ratios']['paged / contiguous']:.2f}x throughput, {seqs['mean']:.2f}x running"
     assert ratio_line in printed
+
+
+def test_profile_step_splits_the_run_and_lists_the_top_functions(tiny_llama_dir, capsys):
+    from pagedllm.bench.profile_step import main as profile_main
+
+    assert profile_main(["--model", str(tiny_llama_dir), "--workload", "mixed", "--num-requests", "4",
+                         "--max-model-len", "256", "--no-progress", "--top", "3"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    for line in ("output tok/s over", "engine step (total)", "Python and everything else", "Ordered by: internal time"):
+        assert line in out
+    assert "List reduced from" in out and "to 3 due to restriction" in out
