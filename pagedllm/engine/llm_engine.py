@@ -169,14 +169,18 @@ class LLMEngine:
         )
 
     def warm_up(self, num_tokens: int = 32) -> None:
-        """Run the model once on a dummy prompt so one-time costs (kernel setup, first page faults) are
-        paid before the first real request. Touches only the pool's first blocks, which are free at start."""
+        """Run the model on a dummy prompt, then one decode step of it, so one-time costs (kernel setup and
+        compiles, first page faults) are paid before the first real request. Touches only the pool's first
+        blocks, which are free at start."""
         if self.kv.num_used_blocks or self.has_unfinished_requests():
             raise RuntimeError("warm_up() is for a fresh engine")
-        num_tokens = min(num_tokens, self.kv.num_blocks * self.kv.block_size, self.max_model_len)
-        blocks = list(range(-(-num_tokens // self.kv.block_size)))
-        token_ids = [i % self.model_config.vocab_size for i in range(num_tokens)]
-        self.executor.execute([], [SeqInput(token_ids, 0, blocks, True)], [False])
+        total = min(num_tokens, self.kv.num_blocks * self.kv.block_size, self.max_model_len)
+        token_ids = [i % self.model_config.vocab_size for i in range(total)]
+        prompt_len = max(1, total - 1)  # the last token, if there is room for one, is the decode step's
+        for start, end in ((0, prompt_len), (prompt_len, total)):
+            if end > start:
+                blocks = list(range(-(-end // self.kv.block_size)))
+                self.executor.execute([], [SeqInput(token_ids[start:end], start, blocks, True)], [False])
 
     # -- stats -----------------------------------------------------------------------------
 

@@ -235,7 +235,11 @@ def test_contiguous_reservation_admits_fewer_but_gives_the_same_tokens(tiny_llam
 
 def test_warm_up_leaves_the_engine_as_new(tiny_llama_dir):
     engine = make_engine(tiny_llama_dir)
+    steps, execute = [], engine.executor.execute
+    engine.executor.execute = lambda copies, seqs, greedy: steps.append(seqs) or execute(copies, seqs, greedy)
     engine.warm_up()
+    del engine.executor.execute
+    assert [[(len(s.token_ids), s.num_cached) for s in seqs] for seqs in steps] == [[(31, 0)], [(1, 31)]]  # + a decode
     assert engine.kv.num_used_blocks == 0 and engine.stats().prompt_tokens_total == 0
     engine.kv.check_invariants()
     (out,) = run_all(engine, [[5, 6, 7, 8, 9]], SamplingParams(max_tokens=4, **GREEDY))
