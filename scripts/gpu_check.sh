@@ -16,7 +16,8 @@
 #   model        a seeded random-weight model of the default model's shape (SmolLM2-135M), in OUT_DIR/model
 #   greedy       engine greedy tokens == transformers generate on that model, float32, CUDA graphs on and off
 #   bench        `pagedllm bench throughput` on the mixed workload vs transformers generate (static batches),
-#                bfloat16, CUDA graphs on; then the same workload with --enforce-eager (graphs off)
+#                bfloat16, CUDA graphs on; then the same workload with --enforce-eager (graphs off); then
+#                shared-prefix with prefix caching on and off
 #   bandwidth    decode attention's achieved bandwidth vs a measured device-to-device copy
 #   profile      where a step's host time goes (profile_step, cProfile) with CUDA graphs, the top 25 functions
 set -u -o pipefail
@@ -78,7 +79,9 @@ bench() {
         --workload mixed --baseline hf --no-progress --json "$OUT_DIR/bench_graphs.json" &&
     "$PYTHON" -m pagedllm bench throughput --model "$OUT_DIR/model" --device cuda --dtype bfloat16 \
         --workload mixed --enforce-eager --no-progress --json "$OUT_DIR/bench_eager.json" &&
-    "$PYTHON" scripts/gpu_check_steps.py graphs "$OUT_DIR"
+    "$PYTHON" scripts/gpu_check_steps.py graphs "$OUT_DIR" &&
+    "$PYTHON" -m pagedllm bench throughput --model "$OUT_DIR/model" --device cuda --dtype bfloat16 \
+        --workload shared-prefix --compare-prefix-caching --no-progress
 }
 
 bandwidth() {
@@ -94,10 +97,10 @@ export PYTHON OUT_DIR
 export -f environment imports kernel_tests make_model greedy bench bandwidth profile
 step environment 30 environment
 step imports 30 imports
-step kernels 140 kernel_tests
+step kernels 130 kernel_tests
 step model 30 make_model
 step greedy 50 greedy
-step bench 120 bench
+step bench 130 bench
 step bandwidth 30 bandwidth
 step profile 40 profile
 
