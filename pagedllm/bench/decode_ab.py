@@ -7,19 +7,17 @@ A decode step reads every sequence's K/V once per layer, from caches far larger 
 builds one cache per layer (attention_bench's shapes: SmolLM2's 9 heads over 3, head_dim 64) holding
 `--seqs` sequences of 100-600 cached tokens, with each sequence's blocks in shuffled order and in order, for
 each block size, and times one decode (one new token per sequence) through all the layers with each build
-in turn. Prints the median
-ms per pass and the K/V read rate for each build. The builds are `pagedllm_cpu_<key>.so` files, as for
-kernel_ab; list them as A B A B and compare like positions.
+in turn. Prints the median ms per pass and the K/V read rate for each build. The builds are
+`pagedllm_cpu_<key>.so` files, as for kernel_ab; list them as A B A B and compare like positions.
 """
 
 import argparse
 import random
 import statistics
-import time
 
 import torch
 
-from pagedllm.bench.attention_bench import HEAD_DIM, HEADS, KV_HEADS, make_workload
+from pagedllm.bench.attention_bench import HEAD_DIM, HEADS, KV_HEADS, make_workload, time_interleaved
 from pagedllm.bench.kernel_ab import load_build
 
 
@@ -35,18 +33,16 @@ def make_layers(contexts: list[int], block_size: int, in_order: bool, layers: in
 
 
 def time_builds(builds: list, layers: list, query: torch.Tensor, reps: int) -> list[float]:
-    """Median ms of one pass through every layer, per build (builds called in turn; the first rep warms up)."""
+    """Median ms of one pass through every layer, per build (builds called in turn, after one warm-up pass each)."""
     out = torch.empty_like(query)
-    times: list[list[float]] = [[] for _ in builds]
-    for rep in range(reps + 1):
-        for build, runs in zip(builds, times):
-            start = time.perf_counter()
-            for cache, meta in layers:
-                build.paged_attention(out, query, cache, meta.block_tables, meta.seq_lens, meta.query_start_loc,
-                                      HEAD_DIM**-0.5, 0)  # fmt: skip
-            if rep > 0:
-                runs.append((time.perf_counter() - start) * 1e3)
-    return [statistics.median(runs) for runs in times]
+
+    def one_pass(build) -> None:
+        for cache, meta in layers:
+            build.paged_attention(out, query, cache, meta.block_tables, meta.seq_lens, meta.query_start_loc,
+                                  HEAD_DIM**-0.5, 0)  # fmt: skip
+
+    passes = {str(i): (lambda b=b: one_pass(b)) for i, b in enumerate(builds)}
+    return [statistics.median(ms) for ms in time_interleaved(passes, reps).values()]
 
 
 def main(argv: list[str] | None = None) -> int:
