@@ -23,6 +23,7 @@ from pagedllm.engine.step import SchedulerOutput
 from pagedllm.engine.step_logits import StepLogits
 from pagedllm.engine.text_stage import detokenize
 from pagedllm.errors import InvalidInputError
+from pagedllm.kv.block_table import blocks_needed
 from pagedllm.kv.manager import KVCacheManager
 from pagedllm.model.dtype import describe_dtype, resolve_dtype
 from pagedllm.model.projection import describe_matmul
@@ -179,7 +180,7 @@ class LLMEngine:
         prompt_len = max(1, total - 1)  # the last token, if there is room for one, is the decode step's
         for start, end in ((0, prompt_len), (prompt_len, total)):
             if end > start:
-                blocks = list(range(-(-end // self.kv.block_size)))
+                blocks = list(range(blocks_needed(end, self.kv.block_size)))
                 self.executor.execute([], [SeqInput(token_ids[start:end], start, blocks, True)], [False])
 
     # -- stats -----------------------------------------------------------------------------
