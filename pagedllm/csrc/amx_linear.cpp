@@ -5,7 +5,9 @@
 // multiplies each pair by 32 rows of x at a time (two row tiles, four tiles of sums), so that each tile loaded
 // feeds two products; a batch of more rows goes over the same two panels again, from the cache. A thread's
 // panels are read in order, one stream, and the hardware prefetcher keeps up: requesting each thread's next
-// pair of panels during this one was 10-19% slower at 8-64 rows (docs/models.md).
+// pair of panels during this one was 10-19% slower at 8-64 rows (docs/models.md). An MLP's [gate; up] weight is
+// packed gated: each pair of panels is 16 outputs' gate and up columns, stored as silu(gate) * up, so that the
+// [rows, 2 I] product is never written out and read back by a separate activation.
 #include "amx_linear.h"
 
 #include <algorithm>
@@ -18,17 +20,32 @@
 
 namespace pagedllm {
 
-void pack_amx_weight(const bf16_t* w, int64_t n, int64_t k, bf16_t* panels) {
+int64_t amx_panels(int64_t n, bool gated) {
+  return gated ? 2 * ((n / 2 + kAmxPanelCols - 1) / kAmxPanelCols) : (n + kAmxPanelCols - 1) / kAmxPanelCols;
+}
+
+namespace {
+
+// The weight row that column j of panel p holds, or -1 for a zero column past the weight's rows.
+int64_t amx_source_row(int64_t p, int64_t j, int64_t n, bool gated) {
+  if (!gated) return p * kAmxPanelCols + j < n ? p * kAmxPanelCols + j : -1;
+  const int64_t outputs = n / 2, output = p / 2 * kAmxPanelCols + j;
+  return output < outputs ? output + (p % 2) * outputs : -1;  // gate panel, then the up panel of its outputs
+}
+
+}  // namespace
+
+void pack_amx_weight(const bf16_t* w, int64_t n, int64_t k, bool gated, bf16_t* panels) {
   const int64_t steps = k / kAmxDepth, panel_size = steps * kAmxDepth * kAmxPanelCols;
-  for (int64_t p = 0; p < (n + kAmxPanelCols - 1) / kAmxPanelCols; ++p)
-    for (int64_t s = 0; s < steps; ++s)
-      for (int64_t r = 0; r < kAmxDepth / 2; ++r)
-        for (int64_t j = 0; j < kAmxPanelCols; ++j)
-          for (int64_t t = 0; t < 2; ++t) {
-            const int64_t row = p * kAmxPanelCols + j, input = s * kAmxDepth + 2 * r + t;
+  for (int64_t p = 0; p < amx_panels(n, gated); ++p)
+    for (int64_t j = 0; j < kAmxPanelCols; ++j) {
+      const int64_t row = amx_source_row(p, j, n, gated);
+      for (int64_t s = 0; s < steps; ++s)
+        for (int64_t r = 0; r < kAmxDepth / 2; ++r)
+          for (int64_t t = 0; t < 2; ++t)
             panels[p * panel_size + (s * kAmxDepth / 2 + r) * 2 * kAmxPanelCols + 2 * j + t] =
-                row < n ? w[row * k + input] : bf16_t{0};
-          }
+                row >= 0 ? w[row * k + s * kAmxDepth + 2 * r + t] : bf16_t{0};
+    }
 }
 
 #if defined(PAGEDLLM_AMX)
@@ -39,15 +56,38 @@ namespace {
 // intrinsics take literal tile numbers.
 constexpr int64_t kItemRows = 2 * kAmxTileRows;  // rows of x per pass over an item's two panels
 
+// Lanes [0, n - col) of 16 (all of them where n - col >= 16).
+__mmask16 column_mask(int64_t col, int64_t n) {
+  return static_cast<__mmask16>((1u << std::min<int64_t>(16, n - col)) - 1);
+}
+
+// bias[col ..] under the mask as float32 (zero without a bias).
+__m512 load_bias(const bf16_t* bias, int64_t col, __mmask16 mask) {
+  if (bias == nullptr) return _mm512_setzero_ps();
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, bias + col)), 16));
+}
+
+void store_row(bf16_t* y, __mmask16 mask, __m512 row) {
+  _mm256_mask_storeu_epi16(y, mask, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(row)));
+}
+
 // sums [rows][16] float32 (+ bias) -> y's 16 columns from col (fewer where n ends), rounded to bfloat16.
 void store_tile(const float* sums, int rows, const bf16_t* bias, int64_t col, int64_t n, bf16_t* y) {
-  const __mmask16 mask = static_cast<__mmask16>((1u << std::min<int64_t>(16, n - col)) - 1);
-  __m512 b = _mm512_setzero_ps();
-  if (bias != nullptr)
-    b = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, bias + col)), 16));
+  const __mmask16 mask = column_mask(col, n);
+  const __m512 b = load_bias(bias, col, mask);
+  for (int r = 0; r < rows; ++r) store_row(y + r * n + col, mask, _mm512_add_ps(_mm512_loadu_ps(sums + r * 16), b));
+}
+
+// A gated weight's gate sums and up sums of the same 16 outputs -> silu(gate) * up in y's columns from col, as
+// pagedllm's other matmul stores its gated panels (bias: [2 n], the gate's then the up's).
+void store_gated_tile(const float* gate, const float* up, int rows, const bf16_t* bias, int64_t col, int64_t n,
+                      bf16_t* y) {
+  const __mmask16 mask = column_mask(col, n);
+  const __m512 gate_bias = load_bias(bias, col, mask), up_bias = load_bias(bias == nullptr ? nullptr : bias + n, col, mask);
   for (int r = 0; r < rows; ++r) {
-    const __m256bh out = _mm512_cvtneps_pbh(_mm512_add_ps(_mm512_loadu_ps(sums + r * 16), b));
-    _mm256_mask_storeu_epi16(y + r * n + col, mask, reinterpret_cast<__m256i>(out));
+    const fvec g = bit_cast<fvec>(_mm512_add_ps(_mm512_loadu_ps(gate + r * 16), gate_bias));
+    const fvec u = bit_cast<fvec>(_mm512_add_ps(_mm512_loadu_ps(up + r * 16), up_bias));
+    store_row(y + r * n + col, mask, bit_cast<__m512>(g / (1.0f + fast_exp(-g)) * u));
   }
 }
 
@@ -88,7 +128,8 @@ constexpr MultiplyTiles kMultiplyTiles[2][2] = {{multiply_tiles<1, 1>, multiply_
 
 }  // namespace
 
-void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n, bf16_t* y) {
+void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n, bool gated,
+                bf16_t* y) {
   // tile loads read 16 rows (m of them below 16): a last partial row tile of a larger batch is read from a copy
   // of its rows padded with zero rows (copying all of x into a padded buffer instead cost 10-15 us a call at
   // 33-63 rows)
@@ -103,7 +144,7 @@ void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, con
   auto row_tile = [&](int64_t row) {  // the first row of a row tile -> where the tile loads read it
     return reinterpret_cast<const char*>(row < direct_rows ? x + row * k : tail_rows);
   };
-  const int64_t num_panels = (n + kAmxPanelCols - 1) / kAmxPanelCols, num_items = (num_panels + 1) / 2;
+  const int64_t num_panels = amx_panels(gated ? 2 * n : n, gated), num_items = (num_panels + 1) / 2;
   const int64_t steps = k / kAmxDepth, panel_bytes = steps * kAmxTileBytes, x_stride = k * 2;
   const char* base = reinterpret_cast<const char*>(panels);
   // one tile shape for the whole call: 16 rows (whole tiles, a partial last one padded), or all of them below 16
@@ -115,10 +156,16 @@ void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, con
       const int64_t rows = std::min(kItemRows, m - row0), row_tiles = (rows + kAmxTileRows - 1) / kAmxTileRows;
       kMultiplyTiles[row_tiles - 1][item_panels - 1](row_tile(row0), row_tile(row0 + kAmxTileRows), x_stride, steps,
                                                      base + panel0 * panel_bytes, panel_bytes, sums);
-      for (int64_t i = 0; i < row_tiles; ++i)
+      for (int64_t i = 0; i < row_tiles; ++i) {
+        const int tile_rows = static_cast<int>(std::min(kAmxTileRows, rows - i * kAmxTileRows));
+        bf16_t* y_rows = y + (row0 + i * kAmxTileRows) * n;
+        if (gated) {  // the item is one gate panel and its up panel
+          store_gated_tile(sums[2 * i], sums[2 * i + 1], tile_rows, bias, item * kAmxPanelCols, n, y_rows);
+          continue;
+        }
         for (int64_t j = 0; j < item_panels; ++j)
-          store_tile(sums[2 * i + j], static_cast<int>(std::min(kAmxTileRows, rows - i * kAmxTileRows)), bias,
-                     (panel0 + j) * kAmxPanelCols, n, y + (row0 + i * kAmxTileRows) * n);
+          store_tile(sums[2 * i + j], tile_rows, bias, (panel0 + j) * kAmxPanelCols, n, y_rows);
+      }
     }
   };
   on_runs(num_items, [&](const auto& take) {
@@ -131,7 +178,7 @@ void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, con
 
 #else
 
-void amx_linear(const bf16_t*, int64_t, int64_t, const bf16_t*, const bf16_t*, int64_t, bf16_t*) {}
+void amx_linear(const bf16_t*, int64_t, int64_t, const bf16_t*, const bf16_t*, int64_t, bool, bf16_t*) {}
 
 #endif
 

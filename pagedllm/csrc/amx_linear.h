@@ -11,11 +11,18 @@ namespace pagedllm {
 
 constexpr int64_t kAmxPanelCols = 16;  // outputs per packed panel: one tile of 16 float32 sums per row
 
-// w: [n, k] row-major, k a multiple of kAmxDepth -> panels [ceil(n / 16), k / 32, 16, 32]: tile s of panel p
-// holds, in row r, the input pair (2r, 2r + 1) of step s for each of the panel's 16 outputs (zero past n).
-void pack_amx_weight(const bf16_t* w, int64_t n, int64_t k, bf16_t* panels);
+// Panels of a weight of n rows: ceil(n / 16), or for a gated weight (an MLP's [gate; up], n = 2 I) a gate panel
+// and its up panel for each 16 of the I outputs.
+int64_t amx_panels(int64_t n, bool gated);
+
+// w: [n, k] row-major, k a multiple of kAmxDepth -> panels [amx_panels(n, gated), k / 32, 16, 32]: tile s of
+// panel p holds, in row r, the input pair (2r, 2r + 1) of step s for each of the panel's 16 outputs (zero past
+// the weight's rows). Gated: panel 2j holds gate rows 16j.., panel 2j + 1 the up rows of the same outputs.
+void pack_amx_weight(const bf16_t* w, int64_t n, int64_t k, bool gated, bf16_t* panels);
 
 // y [m, n] = x [m, k] . W^T + bias, summed in float32 and rounded once; bias may be null; x and y contiguous.
-void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n, bf16_t* y);
+// Gated: n is I, and y = silu(gate) * up of the float32 sums of a gated weight's two halves (bias: [2 I]).
+void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n, bool gated,
+                bf16_t* y);
 
 }  // namespace pagedllm

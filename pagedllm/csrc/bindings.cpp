@@ -273,32 +273,33 @@ torch::Tensor linear_op(const torch::Tensor& x, const torch::Tensor& panels, con
   return y;
 }
 
-torch::Tensor pack_amx_linear_op(const torch::Tensor& weight) {
+torch::Tensor pack_amx_linear_op(const torch::Tensor& weight, bool gated) {
   check_matrix(weight, "weight");
   TORCH_CHECK(is_bf16(weight) && amx_tiles_granted(), "the AMX matmul takes bfloat16 weights, on a CPU with AMX-BF16");
   const int64_t n = weight.size(0), k = weight.size(1);
   TORCH_CHECK(k % kAmxDepth == 0, "the AMX matmul needs a multiple of ", kAmxDepth, " input features, not ", k);
-  torch::Tensor panels = torch::empty({(n + kAmxPanelCols - 1) / kAmxPanelCols, k / kAmxDepth, kAmxDepth / 2,
-                                       2 * kAmxPanelCols}, weight.options());
-  pack_amx_weight(static_cast<const bf16_t*>(weight.data_ptr()), n, k, static_cast<bf16_t*>(panels.data_ptr()));
+  TORCH_CHECK(!gated || n % 2 == 0, "a gated weight stacks gate and up: it needs an even number of rows");
+  torch::Tensor panels =
+      torch::empty({amx_panels(n, gated), k / kAmxDepth, kAmxDepth / 2, 2 * kAmxPanelCols}, weight.options());
+  pack_amx_weight(static_cast<const bf16_t*>(weight.data_ptr()), n, k, gated, static_cast<bf16_t*>(panels.data_ptr()));
   return panels;
 }
 
 torch::Tensor amx_linear_op(const torch::Tensor& x, const torch::Tensor& panels, const c10::optional<torch::Tensor>& bias,
-                            int64_t out_features) {
+                            int64_t out_features, bool gated) {
   check_matrix(x, "x");
   check_cpu(panels, "panels");
   const int64_t k = x.size(1);
   TORCH_CHECK(is_bf16(x) && panels.scalar_type() == x.scalar_type() && panels.is_contiguous() && panels.dim() == 4 &&
-                  out_features > 0 && panels.size(0) == (out_features + kAmxPanelCols - 1) / kAmxPanelCols &&
+                  out_features > 0 && panels.size(0) == amx_panels(gated ? 2 * out_features : out_features, gated) &&
                   panels.size(1) * kAmxDepth == k,
-              "panels must come from pack_amx_linear of an [out_features, in_features] bfloat16 weight, x [rows, "
-              "in_features] bfloat16");
-  check_bias(bias, x, out_features);
+              "panels must come from pack_amx_linear of an [out_features, in_features] bfloat16 weight (gated: [2 * ",
+              "out_features, in_features], packed with gated=True), x [rows, in_features] bfloat16");
+  check_bias(bias, x, gated ? 2 * out_features : out_features);
   torch::Tensor y = torch::empty({x.size(0), out_features}, x.options());
   if (x.size(0) > 0)
     amx_linear(static_cast<const bf16_t*>(x.data_ptr()), x.size(0), k, static_cast<const bf16_t*>(panels.data_ptr()),
-               bias ? static_cast<const bf16_t*>(bias->data_ptr()) : nullptr, out_features,
+               bias ? static_cast<const bf16_t*>(bias->data_ptr()) : nullptr, out_features, gated,
                static_cast<bf16_t*>(y.data_ptr()));
   return y;
 }
@@ -336,10 +337,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "multiply on AMX tiles (the build and OS allow them and set_attention_tiles did not turn them off)");
   m.def("set_attention_tiles", &pagedllm::set_attention_tiles, "allow (default) or forbid AMX tiles in attention",
         py::arg("on"));
-  m.def("pack_amx_linear", &pagedllm::pack_amx_linear_op, "a bfloat16 [out, in] weight packed into AMX tiles",
-        py::arg("weight"));
-  m.def("amx_linear", &pagedllm::amx_linear_op, "x W^T + bias on AMX tiles over a weight from pack_amx_linear",
-        py::arg("x"), py::arg("panels"), py::arg("bias"), py::arg("out_features"));
+  m.def("pack_amx_linear", &pagedllm::pack_amx_linear_op, "a bfloat16 [out, in] weight packed into AMX tiles (gated: "
+        "an MLP's [gate; up], for silu(gate) * up)", py::arg("weight"), py::arg("gated") = false);
+  m.def("amx_linear", &pagedllm::amx_linear_op, "x W^T + bias on AMX tiles over a weight from pack_amx_linear (gated: "
+        "silu(gate) * up of it)", py::arg("x"), py::arg("panels"), py::arg("bias"), py::arg("out_features"),
+        py::arg("gated") = false);
   m.def("linear", &pagedllm::linear_op, "x W^T + bias over a packed weight (gated: silu(gate) * up of it)",
         py::arg("x"), py::arg("panels"), py::arg("bias"), py::arg("out_features"), py::arg("gated") = false);
   pagedllm::bind_decoder_stack(m);

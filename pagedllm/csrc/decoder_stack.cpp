@@ -7,7 +7,7 @@
 namespace pagedllm {
 
 torch::Tensor StackMatmul::operator()(const torch::Tensor& x) const {
-  return amx ? amx_linear_op(x, panels, bias, out_features) : linear_op(x, panels, bias, out_features, gated);
+  return amx ? amx_linear_op(x, panels, bias, out_features, gated) : linear_op(x, panels, bias, out_features, gated);
 }
 
 DecoderStack::DecoderStack(int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, double eps, double scale)

@@ -8,7 +8,7 @@
 
 namespace pagedllm {
 
-// One projection over a weight packed by pack_amx_linear (amx) or pack_linear (gated: an MLP's [gate; up]
+// One projection over a weight packed by pack_amx_linear (amx) or pack_linear (gated, either: an MLP's [gate; up]
 // weight, silu(gate) * up applied as the outputs are stored).
 struct StackMatmul {
   torch::Tensor panels;

@@ -9,7 +9,7 @@
 - bfloat16 on a CPU with AMX: pagedllm's AMX matmul (pagedllm/csrc/amx_linear.cpp) over the weight packed
   into tiles, for batches of up to AMX_OWN_MAX_ROWS rows, and oneDNN's matmul (on AMX too) over a second
   packing for larger ones: 1.4-2.9x the AVX512-BF16 matmul at 8-64 rows, about 5x on prefill-sized
-  batches (docs/models.md). An MLP's gate/up then runs as one Projection with the activation applied after it.
+  batches (docs/models.md). An MLP's gate/up is packed gated there too (silu(gate) * up as the AMX matmul stores).
 - Otherwise oneDNN, the weight reordered into the blocked layout its matmul reads (`_reorder_linear_weight`).
   A weight merely converted to oneDNN's plain layout (`to_mkldnn`) is reordered again on every call: at 32
   rows that measured 133 against 170 GFLOP/s in float32 and 228 against 310 in bfloat16.
@@ -17,8 +17,9 @@
 Packing copies the weight once; the dense weight stays the model's parameter (state_dict, HF names).
 
 GatedProjection is an MLP's fused [gate; up] projection with its activation, silu(gate) * up: on pagedllm's
-matmul the two halves are packed side by side in every panel and the activation is applied as the outputs
-leave the registers, so the [T, 2 I] product is never written to memory and read back.
+matmuls the two halves are packed side by side (in every panel; on AMX, a gate panel next to its up panel) and
+the activation is applied as the outputs are stored, so the [T, 2 I] product is never written to memory and
+read back.
 """
 
 from collections.abc import Callable
@@ -133,21 +134,26 @@ def onednn_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | No
 
 class AmxWeight:
     """A bfloat16 weight on a CPU with AMX, packed twice: into AMX tiles for pagedllm's matmul (batches of up to
-    AMX_OWN_MAX_ROWS rows, weights streamed from memory) and into oneDNN's layout for larger batches."""
+    AMX_OWN_MAX_ROWS rows, weights streamed from memory) and into oneDNN's layout for larger batches. Gated (an
+    MLP's [gate; up] weight): the AMX matmul applies silu(gate) * up as it stores; oneDNN's output gets the
+    caller's activation."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, kernels: ModuleType) -> None:
-        self.out_features, self.bias, self._kernels = weight.shape[0], bias, kernels
-        self._tiles = kernels.pack_amx_linear(weight.detach().contiguous())
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, kernels: ModuleType, gated: bool = False) -> None:
+        self.out_features = weight.shape[0] // 2 if gated else weight.shape[0]
+        self.bias, self.gated, self._kernels = bias, gated, kernels
+        self._tiles = kernels.pack_amx_linear(weight.detach().contiguous(), gated=gated)
         self._onednn = packed_weight(weight)
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, activation: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+        """x [T, in] -> [T, out]; gated: [T, I], activation([T, 2 I]) where oneDNN runs the batch."""
         if x.shape[0] > AMX_OWN_MAX_ROWS:
-            return onednn_linear(x, self._onednn, self.bias)
-        return self._kernels.amx_linear(x.contiguous(), self._tiles, self.bias, self.out_features)
+            y = onednn_linear(x, self._onednn, self.bias)
+            return activation(y) if self.gated else y
+        return self._kernels.amx_linear(x.contiguous(), self._tiles, self.bias, self.out_features, gated=self.gated)
 
     def stack_matmul(self) -> object:
         """Its AMX matmul as a kernels.StackMatmul: a stack runs it only for batches of up to AMX_OWN_MAX_ROWS."""
-        return self._kernels.StackMatmul(self._tiles, self.bias, self.out_features, amx=True)
+        return self._kernels.StackMatmul(self._tiles, self.bias, self.out_features, amx=True, gated=self.gated)
 
 
 def amx_matmul_kernels() -> ModuleType | None:
@@ -167,31 +173,39 @@ def amx_kernels(weight: torch.Tensor, pack: bool) -> ModuleType | None:
 
 class GatedProjection:
     """x [T, in] -> activation(x [gate; up]ᵀ + bias) [T, I], for a fused weight [2 I, in] (gate rows, then up
-    rows). Where pagedllm's matmul runs the weight, the activation is silu(gate) * up, computed as the matmul
-    stores its outputs; elsewhere the caller's activation is applied to the output of a Projection."""
+    rows). Where one of pagedllm's matmuls runs the weight (its AMX matmul up to AMX_OWN_MAX_ROWS rows), the
+    activation is silu(gate) * up, computed as the matmul stores its outputs; elsewhere the caller's activation
+    is applied to the output of a Projection."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, pack: bool) -> None:
         self.intermediate = weight.shape[0] // 2
         self.bias = bias
-        self._kernels = own_matmul(weight, pack) if amx_kernels(weight, pack) is None else None
+        amx = amx_kernels(weight, pack)
+        self._amx = AmxWeight(weight, bias, amx, gated=True) if amx is not None else None
+        self._kernels = own_matmul(weight, pack) if amx is None else None
         if self._kernels is not None:
             self._packed = self._kernels.pack_linear(weight.detach().contiguous(), gated=True)
-        else:
+        elif self._amx is None:
             self._projection = Projection(weight, bias, pack)
 
     def stack_matmul(self) -> object | None:
-        """As Projection.stack_matmul; gated (silu(gate) * up in the matmul) where pagedllm's matmul fuses it, else
-        the [gate; up] projection, which the stack follows with silu_mul."""
+        """As Projection.stack_matmul, gated (silu(gate) * up in the matmul) where one of pagedllm's matmuls runs
+        the weight, else the [gate; up] projection, which the stack follows with silu_mul."""
+        if self._amx is not None:
+            return self._amx.stack_matmul()
         if self._kernels is not None:
             return self._kernels.StackMatmul(self._packed, self.bias, self.intermediate, amx=False, gated=True)
         return self._projection.stack_matmul()
 
     @property
     def fused(self) -> bool:
-        return self._kernels is not None
+        """Whether a matmul of pagedllm's applies the activation (on AMX: for batches of up to AMX_OWN_MAX_ROWS)."""
+        return self._kernels is not None or self._amx is not None
 
     def __call__(self, x: torch.Tensor, activation: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         """activation: [T, 2 I] -> [T, I], silu(gate) * up; used only where the matmul does not fuse it."""
+        if self._amx is not None:
+            return self._amx(x, activation)
         if self._kernels is not None:
             return self._kernels.linear(x.contiguous(), self._packed, self.bias, self.intermediate, gated=True)
         return activation(self._projection(x))

@@ -139,6 +139,23 @@ def test_amx_linear_kernel_equals_linear(rows, out_features, in_features, bias):
 
 
 @needs_amx
+@pytest.mark.parametrize("rows", [1, 5, 17, 33, 100])
+@pytest.mark.parametrize("intermediate,in_features", [(8, 32), (16, 64), (40, 96), (1536, 576)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_gated_amx_linear_kernel_equals_linear_then_silu_mul(rows, intermediate, in_features, bias):
+    """A gate panel and its up panel per 16 outputs: one partial pair, one whole, two whole and a partial."""
+    kernels = amx_matmul_kernels()
+    torch.manual_seed(rows + intermediate)
+    x = torch.randn(rows, in_features, dtype=torch.bfloat16)
+    weight = (torch.randn(2 * intermediate, in_features) / in_features**0.5).to(torch.bfloat16)
+    b = torch.randn(2 * intermediate, dtype=torch.bfloat16) if bias else None
+    tiles = kernels.pack_amx_linear(weight, gated=True)
+    got = kernels.amx_linear(x, tiles, b, intermediate, gated=True)
+    assert got.dtype == torch.bfloat16 and got.shape == (rows, intermediate)
+    torch.testing.assert_close(got.double(), gated_reference(x, weight, b), rtol=2**-8, atol=2e-3)
+
+
+@needs_amx
 def test_amx_linear_kernel_rejects_mismatched_inputs():
     kernels = amx_matmul_kernels()
     with pytest.raises(RuntimeError, match="multiple of 32"):
@@ -152,27 +169,36 @@ def test_amx_linear_kernel_rejects_mismatched_inputs():
         kernels.amx_linear(torch.randn(3, 64, dtype=torch.bfloat16), tiles, None, 60)
     with pytest.raises(RuntimeError, match="bias"):
         kernels.amx_linear(torch.randn(3, 64, dtype=torch.bfloat16), tiles, torch.randn(39, dtype=torch.bfloat16), 40)
+    with pytest.raises(RuntimeError, match="even number of rows"):
+        kernels.pack_amx_linear(torch.randn(41, 64, dtype=torch.bfloat16), gated=True)
+    gated = kernels.pack_amx_linear(torch.randn(2 * 40, 64, dtype=torch.bfloat16), gated=True)  # 3 pairs of panels
+    with pytest.raises(RuntimeError, match="gated=True"):
+        kernels.amx_linear(torch.randn(3, 64, dtype=torch.bfloat16), gated, None, 80, gated=True)
+    with pytest.raises(RuntimeError, match="bias"):  # a gated bias covers gate and up
+        kernels.amx_linear(torch.randn(3, 64, dtype=torch.bfloat16), gated, torch.randn(40, dtype=torch.bfloat16), 40,
+                           gated=True)
 
 
 @needs_amx
 @pytest.mark.parametrize("rows", [1, projection.AMX_OWN_MAX_ROWS, projection.AMX_OWN_MAX_ROWS + 1, 300])
 def test_bf16_projections_take_amx_where_the_cpu_has_it(monkeypatch: pytest.MonkeyPatch, rows):
-    """pagedllm's AMX matmul up to AMX_OWN_MAX_ROWS rows, oneDNN's above; the MLP's gate/up applies the caller's
-    activation to the matmul's [T, 2 I]."""
+    """pagedllm's AMX matmul up to AMX_OWN_MAX_ROWS rows, oneDNN's above; the MLP's gate/up applies silu(gate) * up
+    in the AMX matmul, and the caller's activation to oneDNN's [T, 2 I]."""
     monkeypatch.setattr(projection, "amx_matmul_kernels", amx_matmul_kernels)  # the AMX matmuls back on
     torch.manual_seed(rows)
     weight, bias = torch.randn(96, 64, dtype=torch.bfloat16), torch.randn(96, dtype=torch.bfloat16)
     gate_up = (torch.randn(2 * 40, 64) / 8).to(torch.bfloat16)
     proj, gated = Projection(weight, bias, pack=True), GatedProjection(gate_up, None, pack=True)
-    assert proj._amx is not None and proj._kernels is None and not gated.fused
+    assert proj._amx is not None and proj._kernels is None and gated.fused
     assert "AMX" in projection.describe_matmul(torch.bfloat16, torch.device("cpu"))
     real, onednn_calls = projection.onednn_linear, []
     monkeypatch.setattr(projection, "onednn_linear", lambda *args: onednn_calls.append(args[0].shape[0]) or real(*args))
     x = torch.randn(rows, 64, dtype=torch.bfloat16)
-    got, got_gated = proj(x), gated(x, silu_mul)
-    assert len(onednn_calls) == (2 if rows > projection.AMX_OWN_MAX_ROWS else 0)
+    activations = []
+    got, got_gated = proj(x), gated(x, lambda gate_up: activations.append(gate_up) or silu_mul(gate_up))
+    assert len(onednn_calls) == len(activations) * 2 == (2 if rows > projection.AMX_OWN_MAX_ROWS else 0)
     torch.testing.assert_close(got.float(), F.linear(x.float(), weight.float(), bias.float()), rtol=2**-8, atol=1e-2)
-    # gate and up are each rounded to bfloat16 before the activation, whose result is rounded again
+    # on oneDNN, gate and up are each rounded to bfloat16 before the activation, whose result is rounded again
     torch.testing.assert_close(got_gated.double(), gated_reference(x, gate_up, None), rtol=2**-6, atol=1e-2)
 
 
