@@ -1,9 +1,11 @@
 // Python bindings: tensor checks here, raw-pointer kernels in the other files.
 #include <torch/extension.h>
 
+#include <algorithm>
 #include <array>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "amx_linear.h"
 #include "amx_tiles.h"
@@ -41,6 +43,14 @@ void check_heads(const torch::Tensor& t, const char* name) {
 }
 
 bool is_bf16(const torch::Tensor& t) { return t.scalar_type() == torch::kBFloat16; }
+
+// The least and the greatest of a non-empty contiguous int64 tensor, in a loop over its values (a torch
+// reduction and .item() cost several microseconds a call, and write_kv runs once per layer).
+std::pair<int64_t, int64_t> index_range(const torch::Tensor& t) {
+  const int64_t* values = t.data_ptr<int64_t>();
+  const auto [low, high] = std::minmax_element(values, values + t.numel());
+  return {*low, *high};
+}
 
 // The kernel trusts the metadata for every address it reads or writes, so all of it is checked here: an
 // O(sequences x table width) pass over host integers, negligible beside the attention itself.
@@ -120,7 +130,7 @@ void write_kv_op(const torch::Tensor& key, const torch::Tensor& value, torch::Te
   TORCH_CHECK(key.size(1) == shape.num_kv_heads && key.size(2) == shape.head_dim && value.sizes() == key.sizes(),
               "key/value shape does not match kv_cache");
   if (slot_mapping.numel() > 0)
-    TORCH_CHECK(slot_mapping.max().item<int64_t>() < shape.num_blocks * shape.block_size, "slot out of range");
+    TORCH_CHECK(index_range(slot_mapping).second < shape.num_blocks * shape.block_size, "slot out of range");
   write_kv(key.data_ptr(), key.stride(0), value.data_ptr(), value.stride(0), kv_cache.data_ptr(), shape,
            slot_mapping.data_ptr<int64_t>(), slot_mapping.size(0));
 }
@@ -135,8 +145,8 @@ void copy_blocks_op(const std::vector<torch::Tensor>& caches, const torch::Tenso
     shapes.push_back(cache_shape(cache));
   }
   if (src.numel() == 0) return;
-  const int64_t lowest = std::min(src.min().item<int64_t>(), dst.min().item<int64_t>());
-  const int64_t highest = std::max(src.max().item<int64_t>(), dst.max().item<int64_t>());
+  const int64_t lowest = std::min(index_range(src).first, index_range(dst).first);
+  const int64_t highest = std::max(index_range(src).second, index_range(dst).second);
   for (const CacheShape& shape : shapes)
     TORCH_CHECK(lowest >= 0 && highest < shape.num_blocks, "block id out of range");
   for (size_t i = 0; i < caches.size(); ++i)

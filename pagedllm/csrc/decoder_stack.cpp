@@ -39,8 +39,7 @@ torch::Tensor DecoderStack::forward(torch::Tensor hidden, torch::Tensor residual
     const torch::Tensor qkv = layer.qkv(hidden).view({tokens, heads, head_dim_});
     const torch::Tensor q = qkv.narrow(1, 0, num_heads_), k = qkv.narrow(1, num_heads_, num_kv_heads_);
     const torch::Tensor v = qkv.narrow(1, num_heads_ + num_kv_heads_, num_kv_heads_);
-    rotary_op(q, cos, sin);
-    rotary_op(k, cos, sin);
+    rotary_op(qkv.narrow(1, 0, num_heads_ + num_kv_heads_), cos, sin);  // q and k: one call, their heads adjacent
     write_kv_op(k, v, kv_caches[i], slot_mapping);
     torch::Tensor attended = torch::empty({tokens, num_heads_, head_dim_}, hidden.options());
     paged_attention_op(attended, q, kv_caches[i], block_tables, seq_lens, query_start_loc, scale_, 0);
