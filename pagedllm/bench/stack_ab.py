@@ -1,0 +1,83 @@
+"""A/B of compiled-kernel builds on one real decode step: the decoder stack of each build, timed interleaved.
+
+    .venv/bin/python -m pagedllm.bench.stack_ab A.so B.so A.so B.so [--at 30] [--reps 40]
+        [throughput options: --workload shared-prefix --dtype bfloat16 ...]
+
+Runs the workload once with the engine as it is and keeps the inputs of the decoder stack's `--at`-th call
+(decode steps only: the stack runs batches of few rows), with the KV caches as that step left them. Then, for
+each build (a `pagedllm_cpu_<key>.so`, as for kernel_ab), packs the model's projections and builds its
+decoder stack with that build, and times the step's layers with every build in turn. Unlike kernel_ab and
+linear_ab, the step is the whole of a model's layers on real K/V: matmuls, attention and the ops between
+them, with the weights streamed from memory between the attention calls as in a run. The builds must take
+the same Python calls as this checkout's (a build from before a change to a kernel's signature cannot be
+loaded here). List them as A B A B and compare like positions: separate processes on a shared machine
+differed by more than the changes measured this way (docs/benchmarks.md).
+"""
+
+import argparse
+import statistics
+from types import ModuleType
+from unittest import mock
+
+import torch
+
+from pagedllm.bench.attention_bench import time_interleaved
+from pagedllm.bench.engine_runner import run_engine
+from pagedllm.bench.kernel_ab import load_build
+from pagedllm.bench.throughput import add_arguments, engine_config, load_engine, workload_for
+from pagedllm.model import decoder_stack, projection
+
+
+def capture_step(engine, workload, at: int) -> tuple:
+    """(hidden, residual, cos_sin, kv_caches, meta) of the stack's `at`-th call in a run of the workload."""
+    captured, real_call = {}, decoder_stack.DecoderStack.__call__
+
+    def spy(stack, hidden, residual, cos_sin, kv_caches, meta):
+        spy.calls += 1
+        if spy.calls == at:
+            captured["step"] = (hidden.clone(), residual.clone(), cos_sin, kv_caches, meta)
+        return real_call(stack, hidden, residual, cos_sin, kv_caches, meta)
+
+    spy.calls = 0
+    with mock.patch.object(decoder_stack.DecoderStack, "__call__", spy):
+        run_engine(engine, workload, "capture", progress=False)
+    if "step" not in captured:
+        raise SystemExit(f"the run called the decoder stack {spy.calls} times, not {at}: lower --at")
+    return captured["step"]
+
+
+def stack_of(model, build: ModuleType) -> decoder_stack.DecoderStack:
+    """The model's projections packed, and its decoder stack built, with `build` instead of this checkout's."""
+    with mock.patch.object(projection, "load_cpu_kernels", lambda: build), \
+         mock.patch.object(decoder_stack, "load_cpu_kernels", lambda: build):  # fmt: skip
+        model.fuse_projections()
+    if model.stack is None:
+        raise SystemExit("this model and dtype run no decoder stack here (it needs the compiled kernels)")
+    return model.stack
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pagedllm.bench.stack_ab", description=__doc__.splitlines()[0])
+    parser.add_argument("builds", nargs="+", help="paths of pagedllm_cpu_<key>.so files")
+    parser.add_argument("--at", type=int, default=30, help="which call of the decoder stack to replay")
+    parser.add_argument("--reps", type=int, default=40)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    engine = load_engine(engine_config(args))
+    hidden, residual, cos_sin, kv_caches, meta = capture_step(engine, workload_for(engine, args), args.at)
+    stacks = {f"{i} {path.rsplit('/', 1)[-1]}": stack_of(engine.model, load_build(path))
+              for i, path in enumerate(args.builds)}  # fmt: skip
+
+    def replay(stack: decoder_stack.DecoderStack) -> torch.Tensor:
+        return stack(hidden.clone(), residual.clone(), cos_sin, kv_caches, meta)
+
+    print(f"{hidden.dtype}, {torch.get_num_threads()} threads, decoder stack call {args.at}: {hidden.shape[0]} "
+          f"tokens over {len(kv_caches)} layers; median and min ms of {args.reps} calls each")  # fmt: skip
+    times = time_interleaved({name: (lambda s=s: replay(s)) for name, s in stacks.items()}, args.reps)
+    for name, ms in times.items():
+        print(f"  {name}  {statistics.median(ms):7.2f}  {min(ms):7.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
