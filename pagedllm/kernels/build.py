@@ -6,6 +6,8 @@ CPU kind is never loaded. Where no compiler is found, or the build fails, `load_
 line and returns None, and the engine keeps its torch path.
 """
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import logging
@@ -13,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -102,14 +105,30 @@ def _load(key: str) -> ModuleType:
     build_dir = cache_dir() / "kernels" / key
     sources = _copy_sources(build_dir / "src")
     log.debug("loading compiled CPU kernels from %s", build_dir)
-    return cpp_extension.load(
-        name=f"pagedllm_cpu_{key}",
-        sources=[str(sources / name) for name in SOURCES],
-        extra_cflags=list(CFLAGS),
-        extra_ldflags=["-fopenmp"],
-        build_directory=str(build_dir),
-        verbose=False,
-    )
+    with _held_by_this_process(build_dir / ".flock"):
+        # torch's own lock file: a build killed before it finished leaves it behind, and every later load would
+        # wait for it forever; while this process holds the lock above, no other load is under way, so a file
+        # left here is such a leftover
+        (build_dir / "lock").unlink(missing_ok=True)
+        return cpp_extension.load(
+            name=f"pagedllm_cpu_{key}",
+            sources=[str(sources / name) for name in SOURCES],
+            extra_cflags=list(CFLAGS),
+            extra_ldflags=["-fopenmp"],
+            build_directory=str(build_dir),
+            verbose=False,
+        )
+
+
+@contextlib.contextmanager
+def _held_by_this_process(path: Path) -> Iterator[None]:
+    """An exclusive lock on `path` (waiting for it), which the OS releases when its holder exits or dies."""
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _copy_sources(dest: Path) -> Path:

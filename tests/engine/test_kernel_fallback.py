@@ -3,6 +3,8 @@ to the torch path, and the engine produces the same greedy tokens as with the ke
 
 import logging
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,10 +13,12 @@ import torch
 import pagedllm.attention.compiled
 import pagedllm.kernels
 from pagedllm.config import EngineConfig
+from pagedllm.engine import sampler
 from pagedllm.engine.llm_engine import LLMEngine
 from pagedllm.engine.model_runner import ModelRunner
 from pagedllm.errors import InvalidInputError
 from pagedllm.kernels import build
+from pagedllm.model import decoder_stack, projection
 from pagedllm.model.loader import load_model
 from pagedllm.sampling_params import SamplingParams
 
@@ -64,12 +68,15 @@ def test_disabled_by_environment(monkeypatch: pytest.MonkeyPatch, caplog: pytest
 
 
 @pytest.fixture
-def without_kernels(no_compiler, monkeypatch: pytest.MonkeyPatch) -> None:
+def without_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every way the code reaches the kernels sees the real no-compiler result (None), so a stray compiled
-    call would raise instead of quietly using the kernels built on this machine."""
-    monkeypatch.setattr(pagedllm.kernels, "load_cpu_kernels", build.build_cpu_kernels)
-    monkeypatch.setattr(build, "load_cpu_kernels", build.build_cpu_kernels)
-    monkeypatch.setattr(pagedllm.attention.compiled, "load_cpu_kernels", build.build_cpu_kernels)
+    call would raise instead of quietly using the kernels built on this machine. The process's cached load
+    happens first, with the compiler: were it first asked here, it would keep None for the later tests."""
+    pagedllm.kernels.load_cpu_kernels()
+    monkeypatch.delenv(build.DISABLE_ENV, raising=False)
+    monkeypatch.setenv("CXX", "/nonexistent/bin/c++")
+    for module in (pagedllm.kernels, build, pagedllm.attention.compiled, projection, decoder_stack, sampler):
+        monkeypatch.setattr(module, "load_cpu_kernels", build.build_cpu_kernels)
 
 
 def test_runner_auto_resolves_to_torch_without_kernels(without_kernels, tiny_llama_dir: Path) -> None:
@@ -112,3 +119,18 @@ def test_engine_without_kernels_produces_the_same_greedy_tokens(
     assert impl == "fast"
     assert len(without) == 5 and all(len(t) == 12 for t in without)
     assert without == with_kernels
+
+
+def test_a_lock_left_by_a_killed_build_does_not_stop_the_next_load(tmp_path: Path) -> None:
+    """torch's build lock is a plain file: a build killed midway (Ctrl-C, a killed benchmark) leaves it, and torch
+    then waits for it forever. The build's own lock (released by the OS) tells that no load is under way."""
+    if pagedllm.kernels.load_cpu_kernels() is None:
+        pytest.skip("no compiled kernels here")
+    from pagedllm.cache_dir import cache_dir
+
+    key = build.build_key(build.compiler())
+    (cache_dir() / "kernels" / key / "lock").touch()  # what the killed build left
+    script = "from pagedllm.kernels import load_cpu_kernels; assert load_cpu_kernels() is not None"
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, timeout=120, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert not (cache_dir() / "kernels" / key / "lock").exists()
