@@ -67,12 +67,19 @@ __m512 load_bias(const bf16_t* bias, int64_t col, __mmask16 mask) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, bias + col)), 16));
 }
 
+// A row of 16 outputs rounded to bfloat16, into y as bfloat16 or as the float32 values of those bfloat16.
 void store_row(bf16_t* y, __mmask16 mask, __m512 row) {
   _mm256_mask_storeu_epi16(y, mask, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(row)));
 }
 
+void store_row(float* y, __mmask16 mask, __m512 row) {
+  const __m256i rounded = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(row));
+  _mm512_mask_storeu_ps(y, mask, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(rounded), 16)));
+}
+
 // sums [rows][16] float32 (+ bias) -> y's 16 columns from col (fewer where n ends), rounded to bfloat16.
-void store_tile(const float* sums, int rows, const bf16_t* bias, int64_t col, int64_t n, bf16_t* y) {
+template <typename Out>
+void store_tile(const float* sums, int rows, const bf16_t* bias, int64_t col, int64_t n, Out* y) {
   const __mmask16 mask = column_mask(col, n);
   const __m512 b = load_bias(bias, col, mask);
   for (int r = 0; r < rows; ++r) store_row(y + r * n + col, mask, _mm512_add_ps(_mm512_loadu_ps(sums + r * 16), b));
@@ -80,8 +87,9 @@ void store_tile(const float* sums, int rows, const bf16_t* bias, int64_t col, in
 
 // A gated weight's gate sums and up sums of the same 16 outputs -> silu(gate) * up in y's columns from col, as
 // pagedllm's other matmul stores its gated panels (bias: [2 n], the gate's then the up's).
+template <typename Out>
 void store_gated_tile(const float* gate, const float* up, int rows, const bf16_t* bias, int64_t col, int64_t n,
-                      bf16_t* y) {
+                      Out* y) {
   const __mmask16 mask = column_mask(col, n);
   const __m512 gate_bias = load_bias(bias, col, mask), up_bias = load_bias(bias == nullptr ? nullptr : bias + n, col, mask);
   for (int r = 0; r < rows; ++r) {
@@ -128,8 +136,9 @@ constexpr MultiplyTiles kMultiplyTiles[2][2] = {{multiply_tiles<1, 1>, multiply_
 
 }  // namespace
 
-void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n, bool gated,
-                bf16_t* y) {
+template <typename Out>
+void amx_linear_into(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n,
+                     bool gated, Out* y) {
   // tile loads read 16 rows (m of them below 16): a last partial row tile of a larger batch is read from a copy
   // of its rows padded with zero rows (copying all of x into a padded buffer instead cost 10-15 us a call at
   // 33-63 rows)
@@ -158,7 +167,7 @@ void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, con
                                                      base + panel0 * panel_bytes, panel_bytes, sums);
       for (int64_t i = 0; i < row_tiles; ++i) {
         const int tile_rows = static_cast<int>(std::min(kAmxTileRows, rows - i * kAmxTileRows));
-        bf16_t* y_rows = y + (row0 + i * kAmxTileRows) * n;
+        Out* y_rows = y + (row0 + i * kAmxTileRows) * n;
         if (gated) {  // the item is one gate panel and its up panel
           store_gated_tile(sums[2 * i], sums[2 * i + 1], tile_rows, bias, item * kAmxPanelCols, n, y_rows);
           continue;
@@ -178,8 +187,19 @@ void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, con
 
 #else
 
-void amx_linear(const bf16_t*, int64_t, int64_t, const bf16_t*, const bf16_t*, int64_t, bool, bf16_t*) {}
+template <typename Out>
+void amx_linear_into(const bf16_t*, int64_t, int64_t, const bf16_t*, const bf16_t*, int64_t, bool, Out*) {}
 
 #endif
+
+void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n, bool gated,
+                bf16_t* y) {
+  amx_linear_into(x, m, k, panels, bias, n, gated, y);
+}
+
+void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n, bool gated,
+                float* y) {
+  amx_linear_into(x, m, k, panels, bias, n, gated, y);
+}
 
 }  // namespace pagedllm

@@ -24,5 +24,8 @@ void pack_amx_weight(const bf16_t* w, int64_t n, int64_t k, bool gated, bf16_t* 
 // Gated: n is I, and y = silu(gate) * up of the float32 sums of a gated weight's two halves (bias: [2 I]).
 void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n, bool gated,
                 bf16_t* y);
+// The same, y the float32 values of those bfloat16 results (what y.float() gives), written in the same pass.
+void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n, bool gated,
+                float* y);
 
 }  // namespace pagedllm

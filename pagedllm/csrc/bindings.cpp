@@ -296,7 +296,7 @@ torch::Tensor pack_amx_linear_op(const torch::Tensor& weight, bool gated) {
 }
 
 torch::Tensor amx_linear_op(const torch::Tensor& x, const torch::Tensor& panels, const c10::optional<torch::Tensor>& bias,
-                            int64_t out_features, bool gated) {
+                            int64_t out_features, bool gated, bool float_output) {
   check_matrix(x, "x");
   check_cpu(panels, "panels");
   const int64_t k = x.size(1);
@@ -306,11 +306,16 @@ torch::Tensor amx_linear_op(const torch::Tensor& x, const torch::Tensor& panels,
               "panels must come from pack_amx_linear of an [out_features, in_features] bfloat16 weight (gated: [2 * ",
               "out_features, in_features], packed with gated=True), x [rows, in_features] bfloat16");
   check_bias(bias, x, gated ? 2 * out_features : out_features);
-  torch::Tensor y = torch::empty({x.size(0), out_features}, x.options());
-  if (x.size(0) > 0)
-    amx_linear(static_cast<const bf16_t*>(x.data_ptr()), x.size(0), k, static_cast<const bf16_t*>(panels.data_ptr()),
-               bias ? static_cast<const bf16_t*>(bias->data_ptr()) : nullptr, out_features, gated,
-               static_cast<bf16_t*>(y.data_ptr()));
+  const auto out_dtype = float_output ? torch::kFloat32 : torch::kBFloat16;
+  torch::Tensor y = torch::empty({x.size(0), out_features}, x.options().dtype(out_dtype));
+  if (x.size(0) == 0) return y;
+  const auto* x_data = static_cast<const bf16_t*>(x.data_ptr());
+  const auto* panel_data = static_cast<const bf16_t*>(panels.data_ptr());
+  const bf16_t* bias_data = bias ? static_cast<const bf16_t*>(bias->data_ptr()) : nullptr;
+  if (float_output)
+    amx_linear(x_data, x.size(0), k, panel_data, bias_data, out_features, gated, y.data_ptr<float>());
+  else
+    amx_linear(x_data, x.size(0), k, panel_data, bias_data, out_features, gated, static_cast<bf16_t*>(y.data_ptr()));
   return y;
 }
 
@@ -350,8 +355,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack_amx_linear", &pagedllm::pack_amx_linear_op, "a bfloat16 [out, in] weight packed into AMX tiles (gated: "
         "an MLP's [gate; up], for silu(gate) * up)", py::arg("weight"), py::arg("gated") = false);
   m.def("amx_linear", &pagedllm::amx_linear_op, "x W^T + bias on AMX tiles over a weight from pack_amx_linear (gated: "
-        "silu(gate) * up of it)", py::arg("x"), py::arg("panels"), py::arg("bias"), py::arg("out_features"),
-        py::arg("gated") = false);
+        "silu(gate) * up of it), rounded to bfloat16 (float_output: returned as the float32 values of those)",
+        py::arg("x"), py::arg("panels"), py::arg("bias"), py::arg("out_features"), py::arg("gated") = false,
+        py::arg("float_output") = false);
   m.def("linear", &pagedllm::linear_op, "x W^T + bias over a packed weight (gated: silu(gate) * up of it)",
         py::arg("x"), py::arg("panels"), py::arg("bias"), py::arg("out_features"), py::arg("gated") = false);
   pagedllm::bind_decoder_stack(m);

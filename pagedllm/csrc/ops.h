@@ -18,6 +18,7 @@ torch::Tensor silu_mul_op(const torch::Tensor& x);
 torch::Tensor linear_op(const torch::Tensor& x, const torch::Tensor& panels, const c10::optional<torch::Tensor>& bias,
                         int64_t out_features, bool gated);
 torch::Tensor amx_linear_op(const torch::Tensor& x, const torch::Tensor& panels,
-                            const c10::optional<torch::Tensor>& bias, int64_t out_features, bool gated);
+                            const c10::optional<torch::Tensor>& bias, int64_t out_features, bool gated,
+                            bool float_output = false);
 
 }  // namespace pagedllm

@@ -217,5 +217,6 @@ class LlamaForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [T, hidden] -> float32 logits [T, vocab] (a tensor-parallel rank: its vocabulary slice's)."""
-        head = self.head if self.head is not None else self.lm_head
-        return head(hidden).float()
+        if self.head is not None:
+            return self.head.float_outputs(hidden)
+        return self.lm_head(hidden).float()

@@ -118,6 +118,10 @@ class Projection:
             return self._kernels.linear(x.contiguous(), self._packed, self.bias, self.weight.shape[0])
         return onednn_linear(x, self._packed, self.bias)
 
+    def float_outputs(self, x: torch.Tensor) -> torch.Tensor:
+        """self(x).float(): on the AMX matmul in the same pass as the matmul (the LM head's logits)."""
+        return self._amx.float_outputs(x) if self._amx is not None else self(x).float()
+
     def stack_matmul(self) -> object | None:
         """This projection as a kernels.StackMatmul (decoder_stack.py), or None where it runs on oneDNN or torch."""
         if self._amx is not None:
@@ -150,6 +154,13 @@ class AmxWeight:
             y = onednn_linear(x, self._onednn, self.bias)
             return activation(y) if self.gated else y
         return self._kernels.amx_linear(x.contiguous(), self._tiles, self.bias, self.out_features, gated=self.gated)
+
+    def float_outputs(self, x: torch.Tensor) -> torch.Tensor:
+        """self(x).float() of an ungated weight; up to AMX_OWN_MAX_ROWS rows the matmul stores the float32 values of
+        its bfloat16 results itself (a decode step's [32, 49152] logits: no second pass over them)."""
+        if self.gated or x.shape[0] > AMX_OWN_MAX_ROWS:
+            return self(x).float()
+        return self._kernels.amx_linear(x.contiguous(), self._tiles, self.bias, self.out_features, float_output=True)
 
     def stack_matmul(self) -> object:
         """Its AMX matmul as a kernels.StackMatmul: a stack runs it only for batches of up to AMX_OWN_MAX_ROWS."""

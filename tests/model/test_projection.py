@@ -156,6 +156,19 @@ def test_gated_amx_linear_kernel_equals_linear_then_silu_mul(rows, intermediate,
 
 
 @needs_amx
+@pytest.mark.parametrize("rows", [1, 17, projection.AMX_OWN_MAX_ROWS, projection.AMX_OWN_MAX_ROWS + 1])
+def test_float_outputs_are_the_bfloat16_results_widened(monkeypatch: pytest.MonkeyPatch, rows):
+    """The LM head's logits: the AMX matmul stores float32 values of its bfloat16 results, exactly what .float() of
+    the bfloat16 output gives (oneDNN's larger batches convert after the matmul)."""
+    monkeypatch.setattr(projection, "amx_matmul_kernels", amx_matmul_kernels)  # the AMX matmuls back on
+    torch.manual_seed(rows)
+    weight, bias = torch.randn(40, 64, dtype=torch.bfloat16), torch.randn(40, dtype=torch.bfloat16)
+    proj, x = Projection(weight, bias, pack=True), torch.randn(rows, 64, dtype=torch.bfloat16)
+    got = proj.float_outputs(x)
+    assert got.dtype == torch.float32 and torch.equal(got, proj(x).float())
+
+
+@needs_amx
 def test_amx_linear_kernel_rejects_mismatched_inputs():
     kernels = amx_matmul_kernels()
     with pytest.raises(RuntimeError, match="multiple of 32"):
