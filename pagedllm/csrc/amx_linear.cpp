@@ -91,7 +91,8 @@ template <typename Out>
 void store_gated_tile(const float* gate, const float* up, int rows, const bf16_t* bias, int64_t col, int64_t n,
                       Out* y) {
   const __mmask16 mask = column_mask(col, n);
-  const __m512 gate_bias = load_bias(bias, col, mask), up_bias = load_bias(bias == nullptr ? nullptr : bias + n, col, mask);
+  const __m512 gate_bias = load_bias(bias, col, mask);
+  const __m512 up_bias = load_bias(bias == nullptr ? nullptr : bias + n, col, mask);
   for (int r = 0; r < rows; ++r) {
     const fvec g = bit_cast<fvec>(_mm512_add_ps(_mm512_loadu_ps(gate + r * 16), gate_bias));
     const fvec u = bit_cast<fvec>(_mm512_add_ps(_mm512_loadu_ps(up + r * 16), up_bias));

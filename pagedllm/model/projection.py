@@ -36,6 +36,9 @@ from pagedllm.model.dtype import has_native_bf16
 AMX_OWN_MAX_ROWS = 128
 
 
+Activation = Callable[[torch.Tensor], torch.Tensor]  # [T, 2 I] -> [T, I]: silu(gate) * up
+
+
 def can_pack(dtype: torch.dtype) -> bool:
     """float32 always (oneDNN); bfloat16 only where the CPU computes it natively (else it is emulated)."""
     if not torch.backends.mkldnn.is_available():
@@ -142,13 +145,15 @@ class AmxWeight:
     MLP's [gate; up] weight): the AMX matmul applies silu(gate) * up as it stores; oneDNN's output gets the
     caller's activation."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, kernels: ModuleType, gated: bool = False) -> None:
+    def __init__(
+        self, weight: torch.Tensor, bias: torch.Tensor | None, kernels: ModuleType, gated: bool = False
+    ) -> None:
         self.out_features = weight.shape[0] // 2 if gated else weight.shape[0]
         self.bias, self.gated, self._kernels = bias, gated, kernels
         self._tiles = kernels.pack_amx_linear(weight.detach().contiguous(), gated=gated)
         self._onednn = packed_weight(weight)
 
-    def __call__(self, x: torch.Tensor, activation: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, activation: Activation | None = None) -> torch.Tensor:
         """x [T, in] -> [T, out]; gated: [T, I], activation([T, 2 I]) where oneDNN runs the batch."""
         if x.shape[0] > AMX_OWN_MAX_ROWS:
             y = onednn_linear(x, self._onednn, self.bias)
@@ -213,7 +218,7 @@ class GatedProjection:
         """Whether a matmul of pagedllm's applies the activation (on AMX: for batches of up to AMX_OWN_MAX_ROWS)."""
         return self._kernels is not None or self._amx is not None
 
-    def __call__(self, x: torch.Tensor, activation: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, activation: Activation) -> torch.Tensor:
         """activation: [T, 2 I] -> [T, I], silu(gate) * up; used only where the matmul does not fuse it."""
         if self._amx is not None:
             return self._amx(x, activation)
