@@ -1,5 +1,6 @@
 """Drive one LLMEngine through a workload, all requests submitted at once, and measure it."""
 
+import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -13,7 +14,7 @@ from pagedllm.engine.host_memory import minor_page_faults
 
 @dataclass(slots=True)
 class StepSample:
-    """The KV pool after one engine step."""
+    """One engine step: how long it took, the prompt tokens it computed, and the KV pool after it."""
 
     time_s: float  # since the run started
     blocks_used: int
@@ -21,6 +22,8 @@ class StepSample:
     running: int  # requests
     waiting: int
     running_seqs: int  # sequences that ran in this step
+    step_s: float = 0.0  # the step's own wall time
+    prompt_tokens: int = 0  # prompt tokens it computed (0: a step of decodes only)
 
 
 @dataclass(slots=True)
@@ -45,6 +48,17 @@ class RunResult:
     samples: list[StepSample] = field(default_factory=list)
     cpu_s: float | None = None  # CPU time of the process over the run (all threads): robust on a shared machine
     page_faults: int | None = None  # minor page faults of the process over the run: memory touched anew
+
+    @property
+    def prompt_step_s(self) -> float | None:
+        """Wall time of the steps that computed prompt tokens (None: no step figures)."""
+        return sum(s.step_s for s in self.samples if s.prompt_tokens) if self.samples else None
+
+    @property
+    def decode_step_ms(self) -> float | None:
+        """Median wall time of the steps of decodes only, in ms (None: there were none)."""
+        decodes = [s.step_s for s in self.samples if not s.prompt_tokens]
+        return statistics.median(decodes) * 1e3 if decodes else None
 
     @property
     def requests_per_s(self) -> float:
@@ -128,13 +142,16 @@ def _step_to_end(engine, count: int, start: float, progress: bool, label: str) -
     samples, finished = [], []
     with tqdm(total=count, desc=label, unit="req", disable=not progress, leave=False) as bar:
         while engine.has_unfinished_requests():
+            step_start, prompt_before = time.perf_counter(), engine.prompt_tokens_total
             for output in engine.step():
                 if output.finished:
                     finished.append(output)
                     bar.update(1)
+            now = time.perf_counter()
             s = engine.stats()
-            samples.append(StepSample(time.perf_counter() - start, s.blocks_used, s.tokens_stored,
-                                      s.num_running, s.num_waiting, s.running_seqs_last))  # fmt: skip
+            samples.append(StepSample(now - start, s.blocks_used, s.tokens_stored, s.num_running, s.num_waiting,
+                                      s.running_seqs_last, now - step_start,
+                                      engine.prompt_tokens_total - prompt_before))  # fmt: skip
     return samples, finished
 
 

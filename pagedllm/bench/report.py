@@ -19,6 +19,8 @@ COLUMNS = [  # (header, key in run_to_dict, format)
     ("KV waste", "mean_kv_waste", "{:.1%}"),
     ("prefix hit", "prefix_hit_rate", "{:.1%}"),
     ("preempt", "num_preemptions", "{}"),
+    ("prompt steps s", "prompt_step_s", "{:.2f}"),
+    ("decode step ms", "decode_step_ms", "{:.1f}"),
 ]
 
 
@@ -44,6 +46,8 @@ def run_to_dict(run: RunResult, with_timeline: bool = True) -> dict:
         "mean_kv_waste": run.mean_waste,
         "peak_running_seqs": run.peak_running_seqs,
         "mean_running_seqs": run.mean_running_seqs,
+        "prompt_step_s": run.prompt_step_s,  # the steps that computed prompt tokens, together
+        "decode_step_ms": run.decode_step_ms,  # median of the steps of decodes only
         "ttft_s": run.ttft.to_dict() if run.ttft else None,
         "tpot_s": run.tpot.to_dict() if run.tpot else None,
         "config": run.config,
@@ -54,6 +58,8 @@ def run_to_dict(run: RunResult, with_timeline: bool = True) -> dict:
             "blocks_used": [s.blocks_used for s in run.samples],
             "running": [s.running for s in run.samples],
             "running_seqs": [s.running_seqs for s in run.samples],
+            "step_s": [round(s.step_s, 5) for s in run.samples],
+            "prompt_tokens": [s.prompt_tokens for s in run.samples],
         }
     return out
 

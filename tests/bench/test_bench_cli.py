@@ -37,6 +37,10 @@ def test_throughput_with_hf_baseline_writes_json(tiny_llama_dir, tmp_path, capsy
     assert 0 < engine["peak_blocks_used"] <= engine["num_blocks"]
     assert len(engine["kv_timeline"]["blocks_used"]) == engine["steps"] >= stats["output_len"]["max"]  # a token a step
     assert engine["peak_running_seqs"] == max(engine["kv_timeline"]["running_seqs"]) >= 1
+    timeline = engine["kv_timeline"]
+    assert sum(timeline["prompt_tokens"]) == engine["prompt_tokens"] and timeline["prompt_tokens"][0] > 0
+    assert engine["prompt_step_s"] == pytest.approx(sum(t for t, p in zip(timeline["step_s"], timeline["prompt_tokens"]) if p), abs=1e-3)
+    assert 0 < engine["decode_step_ms"] < 1e3 * max(timeline["step_s"]) + 1e-3 and hf["decode_step_ms"] is None
     assert engine["ttft_s"]["count"] == 6 and engine["num_preemptions"] == 0
     assert hf["config"]["batch_size"] == 4
     ratio = data["ratios"]["pagedllm / transformers"]
