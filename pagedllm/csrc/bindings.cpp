@@ -145,8 +145,9 @@ void copy_blocks_op(const std::vector<torch::Tensor>& caches, const torch::Tenso
     shapes.push_back(cache_shape(cache));
   }
   if (src.numel() == 0) return;
-  const int64_t lowest = std::min(index_range(src).first, index_range(dst).first);
-  const int64_t highest = std::max(index_range(src).second, index_range(dst).second);
+  const auto [src_low, src_high] = index_range(src);
+  const auto [dst_low, dst_high] = index_range(dst);
+  const int64_t lowest = std::min(src_low, dst_low), highest = std::max(src_high, dst_high);
   for (const CacheShape& shape : shapes)
     TORCH_CHECK(lowest >= 0 && highest < shape.num_blocks, "block id out of range");
   for (size_t i = 0; i < caches.size(); ++i)
