@@ -327,6 +327,12 @@ struct Scratch {
   }
 };
 
+// A split tile's count of parts still running, alone on its cache line: the threads finishing parts of
+// neighbouring tiles would otherwise pass one line back and forth.
+struct alignas(64) PendingParts {
+  std::atomic<int64_t> count;
+};
+
 // Not inlined: the caller keeps the address instead of recomputing it, which in a shared library is a
 // call to __tls_get_addr (the compiler put one, with vector register spills, inside the output loop).
 __attribute__((noinline)) Scratch& thread_scratch() {
@@ -369,10 +375,9 @@ class Kernel {
     const std::unique_ptr<float[]> partials(new float[w.num_slots * slot_stride]);
     // parts of each split tile still running: the thread that finishes its last one merges it (no second
     // parallel region, and merges overlap the parts still running)
-    const std::unique_ptr<std::atomic<int64_t>[]> pending(w.num_slots > 0 ? new std::atomic<int64_t>[w.tiles.size()]
-                                                                          : nullptr);
+    const std::unique_ptr<PendingParts[]> pending(w.num_slots > 0 ? new PendingParts[w.tiles.size()] : nullptr);
     for (size_t i = 0; pending && i < w.tiles.size(); ++i)
-      pending[i].store(w.tiles[i].num_parts, std::memory_order_relaxed);
+      pending[i].count.store(w.tiles[i].num_parts, std::memory_order_relaxed);
     parallel_dynamic_ahead(static_cast<int64_t>(w.parts.size()), [&](int64_t i, int64_t next) {
       const Part& part = w.parts[i];
       run_part(w, part, next >= 0 ? &w.parts[next] : nullptr, partials.get(), slot_stride);
@@ -380,7 +385,7 @@ class Kernel {
       for (int64_t m = 0; m < part.num_members; ++m) {
         const int64_t tile = w.members[part.first_member + m];
         // acq_rel: the merging thread sees every other part's partial of this tile
-        if (pending[tile].fetch_sub(1, std::memory_order_acq_rel) != 1) continue;
+        if (pending[tile].count.fetch_sub(1, std::memory_order_acq_rel) != 1) continue;
         const Tile& t = w.tiles[tile];
         merge_parts(t, partials.get() + t.first_slot * slot_stride, slot_stride);
       }
@@ -1077,7 +1082,10 @@ class Kernel {
 
   void merge_parts(const Tile& t, const float* partials, int64_t slot_stride) const {
     const int64_t num_rows = rows(t);
-    std::vector<float> acc(num_rows * kDim, 0.0f), sums(num_rows, 0.0f);
+    thread_local std::vector<float> merged;  // acc [rows][dim], then sums [rows]: no allocation per merge
+    merged.assign(num_rows * (kDim + 1), 0.0f);
+    float* acc = merged.data();
+    float* sums = acc + num_rows * kDim;
     for (int64_t r = 0; r < num_rows; ++r) {
       float big_m = kNegInf;
       for (int64_t p = 0; p < t.num_parts; ++p)
@@ -1089,7 +1097,7 @@ class Kernel {
         for (int64_t d = 0; d < kDim; ++d) acc[r * kDim + d] += w * part[d];
       }
     }
-    write_rows(t, acc.data(), sums.data(), num_rows);
+    write_rows(t, acc, sums, num_rows);
   }
 
   void write_rows(const Tile& t, const float* acc, const float* sums, int64_t num_rows) const {
