@@ -56,6 +56,7 @@ constexpr int64_t kAutoPartition = 256;   // keys per part when splitting for id
 constexpr int64_t kMinSharedKeys = 64;    // the shortest common prefix worth attending once for its sequences
 constexpr int64_t kSharedRows = 96;       // most rows (sequences x group heads) of one shared-prefix part
 constexpr int64_t kSharedPiece = 1024;    // keys per shared-prefix part (fewer partials to merge: docs/attention.md)
+constexpr float kLazyMax = 8.0f;          // how far past a row's running max a score moves it, on tiles
 
 // bfloat16 pair dot products (vdpbf16ps): with them a bfloat16 cache's many-row loops multiply pairs of
 // bfloat16 values into float32 sums, twice the work per instruction of widening to float32 first. They are
@@ -758,9 +759,14 @@ class Kernel {
     for (; j < n; ++j) maxima[0] = vmax(maxima[0], visible_score(j));
     const fvec tile_max = vmax(vmax(maxima[0], maxima[1]), vmax(maxima[2], maxima[3]));
     const fvec old_max = loadv(s.m.data() + at);
-    const fvec new_max = vmax(old_max, tile_max * scale);
+    fvec new_max = vmax(old_max, tile_max * scale);
+    // On tiles, where rescaling the outputs is a pass of its own, a row keeps its running max until a score
+    // passes it by kLazyMax: its probabilities stay below e^kLazyMax (far from overflow; bfloat16 rounds them
+    // relative to their size), and out = acc / l holds for any reference (docs/attention.md).
+    if constexpr (kTiles) new_max = new_max > old_max + kLazyMax ? new_max : old_max;
     const fvec shift = new_max == kNegInf ? fvec{} : new_max;  // a row with no key yet stays empty
-    const fvec alpha = fast_exp(old_max - shift);
+    // 1 for a row with no key before: its acc and l are still zero
+    const fvec alpha = old_max == kNegInf ? splat(1.0f) : fast_exp(old_max - shift);
     fvec sum{};
     if constexpr (kTiles) {  // straight to the probability pairs the value tiles multiply (zero from n on)
       auto probability = [&](int64_t j) {

@@ -215,6 +215,31 @@ def test_shared_prefix_bfloat16(group: int, block_size: int, path: str) -> None:
         check(forked_batch(block_size, group, 1100, torch.bfloat16, seed=group), tol=BF16_TOL)
 
 
+def steepen(batch: Batch, rising: bool) -> Batch:
+    """The batch's keys scaled by their position (0.2x to 6x over 500 positions, or back), written to the cache
+    again: scores that climb or fall by tens over a sequence, so that rows' running maxima move far and often.
+    Shared blocks get the same scale in every sequence that holds them."""
+    for k in batch.keys:
+        ramp = (torch.arange(len(k)) / 500).clamp(max=1) * 5.8
+        ramp = 0.2 + ramp if rising else 6.0 - ramp
+        k.copy_((k.float() * ramp[:, None, None]).to(k.dtype))
+    lens = [len(k) for k in batch.keys]
+    full = AttentionMetadata.build(batch.meta.block_tables.tolist(), [0] * len(lens), lens, batch.kv_cache.shape[3])
+    write_kv(torch.cat(batch.keys), torch.cat(batch.values), batch.kv_cache, full.slot_mapping)
+    return batch
+
+
+@pytest.mark.parametrize("path", ATTENTION_PATHS)
+@pytest.mark.parametrize("rising", [True, False])
+def test_bfloat16_scores_far_from_their_running_maximum(rising: bool, path: str) -> None:
+    """On AMX tiles a row keeps its running max until a score passes it by 8 (no rescale pass over its outputs
+    before that): prompts, decodes and a shared prefix whose scores move by far more than that."""
+    prompts = make_batch([(0, 150), (200, 40), (300, 1), (90, 1)], 6, 2, 16, 64, torch.bfloat16, seed=5)
+    with attention_path(path):
+        check(steepen(prompts, rising), tol=BF16_TOL)
+        check(steepen(forked_batch(16, 3, 400, torch.bfloat16, seed=6), rising), tol=BF16_TOL)
+
+
 @pytest.mark.parametrize("dtype,path", [(torch.float32, "widen")] + [(torch.bfloat16, p) for p in ATTENTION_PATHS])
 def test_nan_in_unused_slots_never_leaks(dtype: torch.dtype, path: str) -> None:
     """Slots past every sequence's length (tail of the last block, free blocks) hold NaN: a masked key that
