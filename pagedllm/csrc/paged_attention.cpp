@@ -769,8 +769,11 @@ class Kernel {
     const fvec alpha = old_max == kNegInf ? splat(1.0f) : fast_exp(old_max - shift);
     fvec sum{};
     if constexpr (kTiles) {  // straight to the probability pairs the value tiles multiply (zero from n on)
+      // e^(scale x - shift) = 2^(x scale log2(e) - shift log2(e))
+      const float scale2 = scale * 1.4426950408889634f;
+      const fvec shift2 = shift * 1.4426950408889634f;
       auto probability = [&](int64_t j) {
-        return j < n ? fast_exp(loadv(s.scores.data() + j * width + at) * scale - shift) : fvec{};
+        return j < n ? coarse_exp2(loadv(s.scores.data() + j * width + at) * scale2 - shift2) : fvec{};
       };
       for (int64_t j = 0; j < kCopyKeys; j += 2) {
         fvec lo = probability(j), hi = probability(j + 1);

@@ -226,4 +226,24 @@ inline F exp_approx(F x) {
 inline float fast_exp(float x) { return exp_approx<float, int32_t>(x); }
 inline fvec fast_exp(fvec x) { return exp_approx<fvec, ivec>(x); }
 
+#if defined(__AVX512F__)
+// 2^x within ~3e-6 relative, for values rounded to bfloat16 next (AMX attention's probabilities): 2^n by
+// vscalefps, 2^f (|f| <= 1/2) by its degree-5 Taylor polynomial; 0 below -126, a masked -inf included. About
+// half the instructions of fast_exp.
+inline fvec coarse_exp2(fvec x) {
+  const __m512 v = bit_cast<__m512>(x);
+  const __m512 n = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const fvec f = bit_cast<fvec>(_mm512_sub_ps(v, n));
+  fvec p = f * 1.3333558146428443e-3f + 9.618129107628477e-3f;
+  p = p * f + 5.550410866482158e-2f;
+  p = p * f + 0.2402265069591007f;
+  p = p * f + 0.6931471805599453f;
+  p = p * f + 1.0f;
+  const __mmask16 live = _mm512_cmp_ps_mask(v, _mm512_set1_ps(-126.0f), _CMP_GE_OQ);
+  return bit_cast<fvec>(_mm512_maskz_scalef_ps(live, bit_cast<__m512>(p), n));
+}
+#else
+inline fvec coarse_exp2(fvec x) { return fast_exp(x * 0.6931471805599453f); }
+#endif
+
 }  // namespace pagedllm
