@@ -4,8 +4,10 @@
 // 32-input steps in order. Each thread takes a run of consecutive pairs of panels (parallel.h's Runs) and
 // multiplies each pair by 32 rows of x at a time (two row tiles, four tiles of sums), so that each tile loaded
 // feeds two products; a batch of more rows goes over the same two panels again, from the cache. A thread's
-// panels are read in order, one stream, and the hardware prefetcher keeps up: requesting each thread's next
-// pair of panels during this one was 10-19% slower at 8-64 rows (docs/models.md). An MLP's [gate; up] weight is
+// panels are read in order, one stream. Batches of up to 32 rows (one pass) request each step's weight tiles into
+// L1 four steps ahead (a decode step's 30 layers ~6% faster); requesting each thread's next pair of panels into L2
+// during this one was 10-19% slower at 8-64 rows, and L1 requests in batches of two passes ~10% slower at 64 rows
+// (docs/models.md). An MLP's [gate; up] weight is
 // packed gated: each pair of panels is 16 outputs' gate and up columns, stored as silu(gate) * up, so that the
 // [rows, 2 I] product is never written out and read back by a separate activation.
 #include "amx_linear.h"
@@ -55,6 +57,17 @@ namespace {
 // Tiles: sums 0-3 (row tile i, panel j in tile 2i + j), x 4-5 (row tiles), weights 6-7 (panels). The tile
 // intrinsics take literal tile numbers.
 constexpr int64_t kItemRows = 2 * kAmxTileRows;  // rows of x per pass over an item's two panels
+constexpr int64_t kPrefetchSteps = 4;             // how far ahead a one-pass batch requests its weight tiles
+
+// The weight tiles of step `ahead` of an item (past its last step: of the next item, which follows it) into L1.
+template <int kPanels>
+void prefetch_weights(const char* panel, int64_t panel_bytes, int64_t steps, int64_t ahead) {
+  const char* tile = panel + (ahead < steps ? ahead : ahead + steps) * kAmxTileBytes;  // next item: 2 panels on
+  for (int64_t line = 0; line < kAmxTileBytes; line += 64) {
+    _mm_prefetch(tile + line, _MM_HINT_T0);
+    if constexpr (kPanels > 1) _mm_prefetch(tile + panel_bytes + line, _MM_HINT_T0);
+  }
+}
 
 // Lanes [0, n - col) of 16 (all of them where n - col >= 16).
 __mmask16 column_mask(int64_t col, int64_t n) {
@@ -103,15 +116,16 @@ void store_gated_tile(const float* gate, const float* up, int rows, const bf16_t
 using Sums = float[4][kAmxTileRows * kAmxPanelCols];
 
 // kRows row tiles of x (the first at x0, the second at x1, rows x_stride bytes apart) times kPanels panels (from
-// panel, panel_bytes apart) into sums.
+// panel, panel_bytes apart) into sums; `prefetch`: requesting the weight tiles kPrefetchSteps steps ahead.
 template <int kRows, int kPanels>
 void multiply_tiles(const char* x0, const char* x1, int64_t x_stride, int64_t steps, const char* panel,
-                    int64_t panel_bytes, Sums& sums) {
+                    int64_t panel_bytes, Sums& sums, bool prefetch) {
   _tile_zero(0);
   if constexpr (kPanels > 1) _tile_zero(1);
   if constexpr (kRows > 1) _tile_zero(2);
   if constexpr (kRows > 1 && kPanels > 1) _tile_zero(3);
   for (int64_t s = 0; s < steps; ++s) {
+    if (prefetch) prefetch_weights<kPanels>(panel, panel_bytes, steps, s + kPrefetchSteps);
     _tile_loadd(4, x0 + s * kAmxDepth * 2, x_stride);
     _tile_loadd(6, panel + s * kAmxTileBytes, 64);
     _tile_dpbf16ps(0, 4, 6);
@@ -131,7 +145,7 @@ void multiply_tiles(const char* x0, const char* x1, int64_t x_stride, int64_t st
   if constexpr (kRows > 1 && kPanels > 1) _tile_stored(3, sums[3], 64);
 }
 
-using MultiplyTiles = void (*)(const char*, const char*, int64_t, int64_t, const char*, int64_t, Sums&);
+using MultiplyTiles = void (*)(const char*, const char*, int64_t, int64_t, const char*, int64_t, Sums&, bool);
 constexpr MultiplyTiles kMultiplyTiles[2][2] = {{multiply_tiles<1, 1>, multiply_tiles<1, 2>},
                                                 {multiply_tiles<2, 1>, multiply_tiles<2, 2>}};
 
@@ -165,7 +179,7 @@ void amx_linear_into(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels
     for (int64_t row0 = 0; row0 < m; row0 += kItemRows) {
       const int64_t rows = std::min(kItemRows, m - row0), row_tiles = (rows + kAmxTileRows - 1) / kAmxTileRows;
       kMultiplyTiles[row_tiles - 1][item_panels - 1](row_tile(row0), row_tile(row0 + kAmxTileRows), x_stride, steps,
-                                                     base + panel0 * panel_bytes, panel_bytes, sums);
+                                                     base + panel0 * panel_bytes, panel_bytes, sums, m <= kItemRows);
       for (int64_t i = 0; i < row_tiles; ++i) {
         const int tile_rows = static_cast<int>(std::min(kAmxTileRows, rows - i * kAmxTileRows));
         Out* y_rows = y + (row0 + i * kAmxTileRows) * n;
