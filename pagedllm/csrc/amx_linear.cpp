@@ -14,7 +14,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "amx_tiles.h"
@@ -151,9 +153,11 @@ constexpr MultiplyTiles kMultiplyTiles[2][2] = {{multiply_tiles<1, 1>, multiply_
 
 }  // namespace
 
-template <typename Out>
-void amx_linear_into(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n,
-                     bool gated, Out* y) {
+// x [m, k] times the num_panels panels of a packed weight, item (pair of panels) by item, 32 rows at a time: the
+// tiles of sums of each pass go to store(sums, row0, rows, item, worker) on the thread that made them, sums[2 i + j]
+// holding row tile i (rows row0 + 16 i ..) of the item's panel j; worker: that thread's index among the call's.
+template <typename Store>
+void amx_multiply(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, int64_t num_panels, const Store& store) {
   // tile loads read 16 rows (m of them below 16): a last partial row tile of a larger batch is read from a copy
   // of its rows padded with zero rows (copying all of x into a padded buffer instead cost 10-15 us a call at
   // 33-63 rows)
@@ -168,42 +172,110 @@ void amx_linear_into(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels
   auto row_tile = [&](int64_t row) {  // the first row of a row tile -> where the tile loads read it
     return reinterpret_cast<const char*>(row < direct_rows ? x + row * k : tail_rows);
   };
-  const int64_t num_panels = amx_panels(gated ? 2 * n : n, gated), num_items = (num_panels + 1) / 2;
+  const int64_t num_items = (num_panels + 1) / 2;
   const int64_t steps = k / kAmxDepth, panel_bytes = steps * kAmxTileBytes, x_stride = k * 2;
   const char* base = reinterpret_cast<const char*>(panels);
   // one tile shape for the whole call: 16 rows (whole tiles, a partial last one padded), or all of them below 16
   // (sums and x tiles 0-5; the weight tiles 6-7 always have 16 full rows)
   const TileConfig config = tile_config(static_cast<int>(std::min<int64_t>(m, kAmxTileRows)), 6);
-  auto multiply_item = [&](int64_t item, Sums& sums) {
-    const int64_t panel0 = 2 * item, item_panels = std::min<int64_t>(2, num_panels - panel0);
-    for (int64_t row0 = 0; row0 < m; row0 += kItemRows) {
-      const int64_t rows = std::min(kItemRows, m - row0), row_tiles = (rows + kAmxTileRows - 1) / kAmxTileRows;
-      kMultiplyTiles[row_tiles - 1][item_panels - 1](row_tile(row0), row_tile(row0 + kAmxTileRows), x_stride, steps,
-                                                     base + panel0 * panel_bytes, panel_bytes, sums, m <= kItemRows);
-      for (int64_t i = 0; i < row_tiles; ++i) {
-        const int tile_rows = static_cast<int>(std::min(kAmxTileRows, rows - i * kAmxTileRows));
-        Out* y_rows = y + (row0 + i * kAmxTileRows) * n;
-        if (gated) {  // the item is one gate panel and its up panel
-          store_gated_tile(sums[2 * i], sums[2 * i + 1], tile_rows, bias, item * kAmxPanelCols, n, y_rows);
-          continue;
-        }
-        for (int64_t j = 0; j < item_panels; ++j)
-          store_tile(sums[2 * i + j], tile_rows, bias, (panel0 + j) * kAmxPanelCols, n, y_rows);
-      }
-    }
-  };
-  on_runs(num_items, [&](const auto& take) {
+  on_runs(num_items, [&](const auto& take, int64_t worker) {
     _tile_loadconfig(&config);  // the tile shapes are per thread
     alignas(64) Sums sums;
-    for (int64_t item = take(); item >= 0; item = take()) multiply_item(item, sums);
+    for (int64_t item = take(); item >= 0; item = take()) {
+      const int64_t panel0 = 2 * item, item_panels = std::min<int64_t>(2, num_panels - panel0);
+      for (int64_t row0 = 0; row0 < m; row0 += kItemRows) {
+        const int64_t rows = std::min(kItemRows, m - row0), row_tiles = (rows + kAmxTileRows - 1) / kAmxTileRows;
+        kMultiplyTiles[row_tiles - 1][item_panels - 1](row_tile(row0), row_tile(row0 + kAmxTileRows), x_stride, steps,
+                                                       base + panel0 * panel_bytes, panel_bytes, sums, m <= kItemRows);
+        store(sums, row0, rows, item, worker);
+      }
+    }
     _tile_release();
   });
+}
+
+template <typename Out>
+void amx_linear_into(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n,
+                     bool gated, Out* y) {
+  const int64_t num_panels = amx_panels(gated ? 2 * n : n, gated);
+  amx_multiply(x, m, k, panels, num_panels, [&](const Sums& sums, int64_t row0, int64_t rows, int64_t item, int64_t) {
+    const int64_t panel0 = 2 * item, item_panels = std::min<int64_t>(2, num_panels - panel0);
+    for (int64_t i = 0; i * kAmxTileRows < rows; ++i) {
+      const int tile_rows = static_cast<int>(std::min(kAmxTileRows, rows - i * kAmxTileRows));
+      Out* y_rows = y + (row0 + i * kAmxTileRows) * n;
+      if (gated) {  // the item is one gate panel and its up panel
+        store_gated_tile(sums[2 * i], sums[2 * i + 1], tile_rows, bias, item * kAmxPanelCols, n, y_rows);
+        continue;
+      }
+      for (int64_t j = 0; j < item_panels; ++j)
+        store_tile(sums[2 * i + j], tile_rows, bias, (panel0 + j) * kAmxPanelCols, n, y_rows);
+    }
+  });
+}
+
+// One row's logits seen so far by one thread, lane by lane (lane i: the columns 16 c + i): the largest (rounded to
+// bfloat16, as the matmul stores them), the column where it first was, and the sum of e^(logit - that largest).
+struct LaneBest {
+  fvec max = splat(kNegInf), sum{};
+  ivec at{};
+
+  // The 16 logits from column col (those from n on are past the vocabulary). A logit above the lane's max makes
+  // it the new max, its sum rescaled by e^(old - new) plus 1; any other adds e^(logit - max): one exponential.
+  void add(const float* sums, const bf16_t* bias, int64_t col, int64_t n) {
+    const __mmask16 live = column_mask(col, n);
+    const __m512 rounded = _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(
+            _mm512_add_ps(_mm512_loadu_ps(sums), load_bias(bias, col, live))))), 16));
+    const fvec logit = bit_cast<fvec>(rounded);
+    const ivec in_vocab = bit_cast<ivec>(_mm512_movm_epi32(live));
+    const ivec higher = (logit > max) & in_vocab;
+    const fvec distance = logit > max ? logit - max : max - logit;  // max = -inf: +inf, e^-inf = 0
+    const fvec e = fast_exp(-distance);
+    sum = higher ? sum * e + 1.0f : (in_vocab != 0 ? sum + e : sum);
+    max = higher ? logit : max;
+    at = higher ? __builtin_convertvector(kIota, ivec) + static_cast<int32_t>(col) : at;
+  }
+};
+
+// Row r's pick over every worker's lanes: the largest logit (its first column on a tie) and its log-probability,
+// largest - (largest + log sum_lanes sum e^(lane max - largest)); NaN where a logit was not finite.
+void pick(const LaneBest* workers, int64_t num_workers, int64_t m, int64_t r, int64_t* argmax, float* logprob) {
+  float top = kNegInf;
+  for (int64_t w = 0; w < num_workers; ++w) top = std::max(top, reduce_max(workers[w * m + r].max));
+  float total = 0.0f;
+  int64_t at = std::numeric_limits<int64_t>::max();
+  for (int64_t w = 0; w < num_workers; ++w) {
+    const LaneBest& lanes = workers[w * m + r];
+    total += reduce_add(lanes.sum * fast_exp(lanes.max - top));
+    for (int64_t i = 0; i < kLanes; ++i)
+      if (lanes.max[i] == top) at = std::min<int64_t>(at, lanes.at[i]);
+  }
+  const bool finite = std::isfinite(top) && std::isfinite(total);
+  argmax[r] = finite ? at : 0;
+  logprob[r] = finite ? top - (top + std::log(total)) : std::numeric_limits<float>::quiet_NaN();
+}
+
+void amx_greedy_into(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n,
+                     int64_t* argmax, float* logprob) {
+  const int64_t num_panels = amx_panels(n, false), num_workers = std::min<int64_t>((num_panels + 1) / 2,
+                                                                                     at::get_num_threads());
+  std::vector<LaneBest> workers(num_workers * m);  // per worker, per row
+  amx_multiply(x, m, k, panels, num_panels, [&](const Sums& sums, int64_t row0, int64_t rows, int64_t item,
+                                                int64_t worker) {
+    LaneBest* mine = workers.data() + worker * m + row0;
+    for (int64_t j = 0; j < 2 && 2 * item + j < num_panels; ++j)
+      for (int64_t r = 0; r < rows; ++r)
+        mine[r].add(sums[2 * (r / kAmxTileRows) + j] + r % kAmxTileRows * kAmxPanelCols, bias,
+                    (2 * item + j) * kAmxPanelCols, n);
+  });
+  for (int64_t r = 0; r < m; ++r) pick(workers.data(), num_workers, m, r, argmax, logprob);
 }
 
 #else
 
 template <typename Out>
 void amx_linear_into(const bf16_t*, int64_t, int64_t, const bf16_t*, const bf16_t*, int64_t, bool, Out*) {}
+void amx_greedy_into(const bf16_t*, int64_t, int64_t, const bf16_t*, const bf16_t*, int64_t, int64_t*, float*) {}
 
 #endif
 
@@ -215,6 +287,11 @@ void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, con
 void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n, bool gated,
                 float* y) {
   amx_linear_into(x, m, k, panels, bias, n, gated, y);
+}
+
+void amx_greedy_head(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n,
+                     int64_t* argmax, float* logprob) {
+  amx_greedy_into(x, m, k, panels, bias, n, argmax, logprob);
 }
 
 }  // namespace pagedllm

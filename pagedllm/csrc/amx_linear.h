@@ -28,4 +28,10 @@ void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, con
 void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n, bool gated,
                 float* y);
 
+// For each row of y = x W^T + bias (rounded to bfloat16, as amx_linear stores it; an LM head's logits): its first
+// argmax and that logit's log-probability, y[argmax] - logsumexp(y), from the tiles of sums as they are made, y never
+// written out. logprob is NaN for a row with a logit that is not finite.
+void amx_greedy_head(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n,
+                     int64_t* argmax, float* logprob);
+
 }  // namespace pagedllm

@@ -296,17 +296,27 @@ torch::Tensor pack_amx_linear_op(const torch::Tensor& weight, bool gated) {
   return panels;
 }
 
-torch::Tensor amx_linear_op(const torch::Tensor& x, const torch::Tensor& panels, const c10::optional<torch::Tensor>& bias,
-                            int64_t out_features, bool gated, bool float_output) {
+namespace {
+
+// x [rows, in_features] and panels from pack_amx_linear of a bfloat16 weight, for amx_linear and amx_greedy_head.
+void check_amx_operands(const torch::Tensor& x, const torch::Tensor& panels, const c10::optional<torch::Tensor>& bias,
+                        int64_t out_features, bool gated) {
   check_matrix(x, "x");
   check_cpu(panels, "panels");
-  const int64_t k = x.size(1);
   TORCH_CHECK(is_bf16(x) && panels.scalar_type() == x.scalar_type() && panels.is_contiguous() && panels.dim() == 4 &&
                   out_features > 0 && panels.size(0) == amx_panels(gated ? 2 * out_features : out_features, gated) &&
-                  panels.size(1) * kAmxDepth == k,
+                  panels.size(1) * kAmxDepth == x.size(1),
               "panels must come from pack_amx_linear of an [out_features, in_features] bfloat16 weight (gated: [2 * ",
               "out_features, in_features], packed with gated=True), x [rows, in_features] bfloat16");
   check_bias(bias, x, gated ? 2 * out_features : out_features);
+}
+
+}  // namespace
+
+torch::Tensor amx_linear_op(const torch::Tensor& x, const torch::Tensor& panels, const c10::optional<torch::Tensor>& bias,
+                            int64_t out_features, bool gated, bool float_output) {
+  check_amx_operands(x, panels, bias, out_features, gated);
+  const int64_t k = x.size(1);
   const auto out_dtype = float_output ? torch::kFloat32 : torch::kBFloat16;
   torch::Tensor y = torch::empty({x.size(0), out_features}, x.options().dtype(out_dtype));
   if (x.size(0) == 0) return y;
@@ -318,6 +328,19 @@ torch::Tensor amx_linear_op(const torch::Tensor& x, const torch::Tensor& panels,
   else
     amx_linear(x_data, x.size(0), k, panel_data, bias_data, out_features, gated, static_cast<bf16_t*>(y.data_ptr()));
   return y;
+}
+
+std::tuple<torch::Tensor, torch::Tensor> amx_greedy_head_op(const torch::Tensor& x, const torch::Tensor& panels,
+                                                            const c10::optional<torch::Tensor>& bias,
+                                                            int64_t out_features) {
+  check_amx_operands(x, panels, bias, out_features, false);
+  auto argmax = torch::empty({x.size(0)}, x.options().dtype(torch::kInt64));
+  auto logprob = torch::empty({x.size(0)}, x.options().dtype(torch::kFloat32));
+  if (x.size(0) == 0) return {argmax, logprob};
+  amx_greedy_head(static_cast<const bf16_t*>(x.data_ptr()), x.size(0), x.size(1),
+                  static_cast<const bf16_t*>(panels.data_ptr()), bias ? static_cast<const bf16_t*>(bias->data_ptr()) : nullptr,
+                  out_features, argmax.data_ptr<int64_t>(), logprob.data_ptr<float>());
+  return {argmax, logprob};
 }
 
 std::string bf16_matmul_path_op() { return bf16_path() == Bf16Path::kWiden ? "widen" : "dot"; }
@@ -359,6 +382,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "silu(gate) * up of it), rounded to bfloat16 (float_output: returned as the float32 values of those)",
         py::arg("x"), py::arg("panels"), py::arg("bias"), py::arg("out_features"), py::arg("gated") = false,
         py::arg("float_output") = false);
+  m.def("amx_greedy_head", &pagedllm::amx_greedy_head_op, "per row of x W^T + bias on AMX tiles (an LM head's "
+        "logits, never written out): first argmax, and its log-probability (NaN where a logit is not finite)",
+        py::arg("x"), py::arg("panels"), py::arg("bias"), py::arg("out_features"));
   m.def("linear", &pagedllm::linear_op, "x W^T + bias over a packed weight (gated: silu(gate) * up of it)",
         py::arg("x"), py::arg("panels"), py::arg("bias"), py::arg("out_features"), py::arg("gated") = false);
   pagedllm::bind_decoder_stack(m);

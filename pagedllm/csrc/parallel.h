@@ -58,15 +58,15 @@ class Runs {
   int64_t threads_;
 };
 
-// body(take) on each of min(n, threads) threads, take() giving that thread's next item of [0, n) (-1: none
-// left), dealt as Runs.
+// body(take, worker) for each worker of min(n, threads), on a thread of its own, take() giving that worker's next
+// item of [0, n) (-1: none left), dealt as Runs; worker: its index, for state of its own.
 template <typename Body>
 void on_runs(int64_t n, const Body& body) {
   if (n <= 0) return;
   const int64_t workers = std::min<int64_t>(n, at::get_num_threads());
   Runs runs(n, workers);
   at::parallel_for(0, workers, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t self = begin; self < end; ++self) body([&] { return runs.take(self); });
+    for (int64_t self = begin; self < end; ++self) body([&] { return runs.take(self); }, self);
   });
 }
 

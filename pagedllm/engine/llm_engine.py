@@ -128,8 +128,7 @@ class LLMEngine:
     def _execute(self, step: SchedulerOutput) -> StepLogits:
         """Copy-on-write copies first, then the model over the step's tokens: logits of the sampled positions."""
         inputs = [SeqInput(s.new_token_ids, s.num_cached, s.block_table, s.needs_logits) for s in step.scheduled]
-        greedy_rows = self.output_stage.greedy_rows(step) if self.config.tensor_parallel_size > 1 else []
-        return self.executor.execute(step.copies, inputs, greedy_rows)
+        return self.executor.execute(step.copies, inputs, self.output_stage.greedy_rows(step))
 
     @property
     def failure(self) -> BaseException | None:

@@ -17,6 +17,7 @@ from pagedllm.config import parse_memory_size  # noqa: F401  (one parser for the
 from pagedllm.engine.device import current, to_device_packed
 from pagedllm.engine.host_memory import keep_freed_memory
 from pagedllm.errors import InvalidInputError
+from pagedllm.engine.step_logits import StepLogits
 from pagedllm.engine.step_tensors import SeqInput, StepTensors
 from pagedllm.model.config import ModelConfig
 
@@ -85,11 +86,30 @@ class ModelRunner:
                 return self.graphs.replay(step)
             return self.forward(step)
 
+    def execute_greedy(self, seqs: list[SeqInput]) -> StepLogits:
+        """execute() for a step whose every logits row needs only its greedy pick: where the LM head can, the picks
+        and their raw logprobs come from its own pass and the [rows, vocab] logits are never made (a row whose
+        logits are not all finite takes the full logits instead)."""
+        if not seqs:
+            return StepLogits.dense(self.execute(seqs))
+        step = self.prepare(seqs)
+        with torch.inference_mode(), current(self.device):
+            if self.graphs is not None and self.graphs.covers(step):
+                return StepLogits.dense(self.graphs.replay(step))
+            hidden = self.hidden_states(step)
+            picks = self.model.greedy_picks(hidden)
+            if picks is None or bool(picks[1].isnan().any()):
+                return StepLogits.dense(self.model.compute_logits(hidden))
+        return StepLogits.greedy_picks(*picks)
+
     def forward(self, step: "StepTensors") -> torch.Tensor:
         """The model over one step's device tensors: logits of step.logits_rows."""
-        hidden = self.model(step.input_ids, step.positions, self.kv_caches, step.meta, self.attention_impl,
-                            step.logits_rows, step.logits_meta)
-        return self.model.compute_logits(hidden)
+        return self.model.compute_logits(self.hidden_states(step))
+
+    def hidden_states(self, step: "StepTensors") -> torch.Tensor:
+        """The model's last hidden states at step.logits_rows."""
+        return self.model(step.input_ids, step.positions, self.kv_caches, step.meta, self.attention_impl,
+                          step.logits_rows, step.logits_meta)
 
     def prepare(self, seqs: list[SeqInput]) -> StepTensors:
         """All of the step's tensors, built once on the host (the layers share them), then sent in one copy."""

@@ -1,8 +1,10 @@
 """One step's logits, as far as sampling needs them.
 
-On one process every row is a full [vocab] row. Under tensor parallelism each rank holds a slice of the
-vocabulary, and a row that only needs its greedy token (greedy, no logprobs, no penalties, no min_tokens
-masking) is reduced on the ranks to that token and its raw logprob: rank 0 never sees the whole row.
+A row that only needs its greedy token (greedy, no logprobs, no penalties, no min_tokens masking) may arrive as
+that token and its raw logprob alone. On one process that happens when every row of the step is such a row
+and the LM head can pick them in its own pass (ModelRunner.execute_greedy); else every row is a full [vocab]
+row. Under tensor parallelism each rank holds a slice of the vocabulary, and such rows are reduced on the
+ranks to their pick: rank 0 never sees the whole row.
 """
 
 from dataclasses import dataclass, field
@@ -22,6 +24,12 @@ class StepLogits:
     @classmethod
     def dense(cls, logits: torch.Tensor) -> "StepLogits":
         return cls(logits, list(range(logits.shape[0])))
+
+    @classmethod
+    def greedy_picks(cls, tokens: torch.Tensor, logprobs: torch.Tensor) -> "StepLogits":
+        """Every row known only by its greedy token and raw logprob ([rows] each, on the host)."""
+        picks = [SampleResult(t, lp, None) for t, lp in zip(tokens.tolist(), logprobs.tolist())]
+        return cls(logprobs.new_empty(0, 0), [-1] * len(picks), dict(enumerate(picks)))
 
     def rows(self, rows: list[int]) -> torch.Tensor:
         """Full logits of these rows; every one of them must have been sent whole."""

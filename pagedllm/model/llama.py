@@ -215,6 +215,11 @@ class LlamaForCausalLM(nn.Module):
         self.stack = build_decoder_stack(self.model.layers, config.num_heads, config.num_kv_heads, config.head_dim)
         return self
 
+    def greedy_picks(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """hidden: [T, hidden] -> each row's greedy token and its raw logprob, from the LM head's own pass without the
+        [T, vocab] logits (Projection.greedy_picks), or None where the head cannot (then compute_logits)."""
+        return self.head.greedy_picks(hidden) if self.head is not None else None
+
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [T, hidden] -> float32 logits [T, vocab] (a tensor-parallel rank: its vocabulary slice's)."""
         if self.head is not None:

@@ -125,6 +125,12 @@ class Projection:
         """self(x).float(): on the AMX matmul in the same pass as the matmul (the LM head's logits)."""
         return self._amx.float_outputs(x) if self._amx is not None else self(x).float()
 
+    def greedy_picks(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Per row of self(x) (an LM head's logits): its first argmax and that logit's log-probability, computed as the
+        AMX matmul makes the logits, which are never written out; None where this weight is not on AMX tiles or the
+        batch is too large for them. A log-probability is NaN where a row's logits are not all finite."""
+        return self._amx.greedy_picks(x) if self._amx is not None else None
+
     def stack_matmul(self) -> object | None:
         """This projection as a kernels.StackMatmul (decoder_stack.py), or None where it runs on oneDNN or torch."""
         if self._amx is not None:
@@ -166,6 +172,12 @@ class AmxWeight:
         if self.gated or x.shape[0] > AMX_OWN_MAX_ROWS:
             return self(x).float()
         return self._kernels.amx_linear(x.contiguous(), self._tiles, self.bias, self.out_features, float_output=True)
+
+    def greedy_picks(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """See Projection.greedy_picks."""
+        if self.gated or x.shape[0] > AMX_OWN_MAX_ROWS:
+            return None
+        return self._kernels.amx_greedy_head(x.contiguous(), self._tiles, self.bias, self.out_features)
 
     def stack_matmul(self) -> object:
         """Its AMX matmul as a kernels.StackMatmul: a stack runs it only for batches of up to AMX_OWN_MAX_ROWS."""

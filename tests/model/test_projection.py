@@ -169,6 +169,44 @@ def test_float_outputs_are_the_bfloat16_results_widened(monkeypatch: pytest.Monk
 
 
 @needs_amx
+@pytest.mark.parametrize("rows", [1, 5, 32, 33, projection.AMX_OWN_MAX_ROWS])
+@pytest.mark.parametrize("vocab,bias", [(40, True), (1000, False), (4099, False)])
+def test_greedy_picks_are_the_argmax_and_logprob_of_the_logits(monkeypatch: pytest.MonkeyPatch, rows, vocab, bias):
+    """The LM head's greedy pass: per row the first argmax of the logits it would have stored and that logit's
+    log-probability, with ties (columns of equal weights) in every row and vocabularies no multiple of 16."""
+    monkeypatch.setattr(projection, "amx_matmul_kernels", amx_matmul_kernels)  # the AMX matmuls back on
+    torch.manual_seed(rows + vocab)
+    weight, x = torch.randn(vocab, 64, dtype=torch.bfloat16), torch.randn(rows, 64, dtype=torch.bfloat16)
+    weight[39] = weight[vocab // 2] = weight[7] = x[0] * 2  # three equal logits, the largest in row 0 (7, 39: a lane)
+    b = torch.zeros(vocab, dtype=torch.bfloat16) if bias else None
+    proj = Projection(weight, b, pack=True)
+    tokens, logprobs = proj.greedy_picks(x)
+    logits = proj.float_outputs(x)
+    expected = logits.argmax(dim=-1)  # the first of equal maxima
+    assert torch.equal(tokens, expected)
+    assert tokens[0] == 7
+    raw = logits.gather(1, expected[:, None]).squeeze(1) - logits.logsumexp(dim=-1)
+    torch.testing.assert_close(logprobs, raw, rtol=1e-5, atol=1e-5)
+
+
+@needs_amx
+def test_greedy_picks_mark_rows_with_logits_that_are_not_finite(monkeypatch: pytest.MonkeyPatch):
+    """A row whose logits hold a NaN or an infinity has a NaN logprob (the runner then takes the full logits); the
+    other rows keep their picks. Past AMX_OWN_MAX_ROWS, or off AMX, there is no greedy pass."""
+    monkeypatch.setattr(projection, "amx_matmul_kernels", amx_matmul_kernels)
+    torch.manual_seed(0)
+    proj = Projection(torch.randn(100, 64, dtype=torch.bfloat16), None, pack=True)
+    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    x[1, 5], x[2, 9] = float("nan"), float("inf")
+    tokens, logprobs = proj.greedy_picks(x)
+    assert torch.isnan(logprobs[1:]).all() and not torch.isnan(logprobs[0])
+    assert tokens[0] == proj.float_outputs(x[:1]).argmax()
+    assert proj.greedy_picks(torch.randn(projection.AMX_OWN_MAX_ROWS + 1, 64, dtype=torch.bfloat16)) is None
+    monkeypatch.setattr(projection, "amx_matmul_kernels", lambda: None)
+    assert Projection(torch.randn(100, 64, dtype=torch.bfloat16), None, pack=True).greedy_picks(x) is None
+
+
+@needs_amx
 def test_amx_linear_kernel_rejects_mismatched_inputs():
     kernels = amx_matmul_kernels()
     with pytest.raises(RuntimeError, match="multiple of 32"):
