@@ -4,10 +4,9 @@
 // 32-input steps in order. Each thread takes a run of consecutive pairs of panels (parallel.h's Runs) and
 // multiplies each pair by 32 rows of x at a time (two row tiles, four tiles of sums), so that each tile loaded
 // feeds two products; a batch of more rows goes over the same two panels again, from the cache. A thread's
-// panels are read in order, one stream. Batches of up to 32 rows (one pass) request each step's weight tiles into
-// L1 four steps ahead (a decode step's 30 layers ~6% faster); requesting each thread's next pair of panels into L2
-// during this one was 10-19% slower at 8-64 rows, and L1 requests in batches of two passes ~10% slower at 64 rows
-// (docs/models.md). An MLP's [gate; up] weight is
+// panels are read in order, one stream. The first pass over an item requests its weight tiles into L1 four steps
+// ahead (a decode step's 30 layers 3-6% faster); requesting each thread's next pair of panels into L2 during this
+// one was 10-19% slower at 8-64 rows (docs/models.md). An MLP's [gate; up] weight is
 // packed gated: each pair of panels is 16 outputs' gate and up columns, stored as silu(gate) * up, so that the
 // [rows, 2 I] product is never written out and read back by a separate activation.
 #include "amx_linear.h"
@@ -59,7 +58,7 @@ namespace {
 // Tiles: sums 0-3 (row tile i, panel j in tile 2i + j), x 4-5 (row tiles), weights 6-7 (panels). The tile
 // intrinsics take literal tile numbers.
 constexpr int64_t kItemRows = 2 * kAmxTileRows;  // rows of x per pass over an item's two panels
-constexpr int64_t kPrefetchSteps = 4;             // how far ahead a one-pass batch requests its weight tiles
+constexpr int64_t kPrefetchSteps = 4;             // how far ahead a first pass requests its weight tiles
 
 // The weight tiles of step `ahead` of an item (past its last step: of the next item, which follows it) into L1.
 template <int kPanels>
@@ -186,7 +185,7 @@ void amx_multiply(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, i
       for (int64_t row0 = 0; row0 < m; row0 += kItemRows) {
         const int64_t rows = std::min(kItemRows, m - row0), row_tiles = (rows + kAmxTileRows - 1) / kAmxTileRows;
         kMultiplyTiles[row_tiles - 1][item_panels - 1](row_tile(row0), row_tile(row0 + kAmxTileRows), x_stride, steps,
-                                                       base + panel0 * panel_bytes, panel_bytes, sums, m <= kItemRows);
+                                                       base + panel0 * panel_bytes, panel_bytes, sums, row0 == 0);
         store(sums, row0, rows, item, worker);
       }
     }
