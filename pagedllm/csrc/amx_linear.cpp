@@ -75,10 +75,16 @@ __mmask16 column_mask(int64_t col, int64_t n) {
   return static_cast<__mmask16>((1u << std::min<int64_t>(16, n - col)) - 1);
 }
 
+// 16 bfloat16 values as float32 (exact: their bits become the high halves).
+__m512 widen(__m256i values) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(values), 16)); }
+
+// row rounded to bfloat16, as float32 again.
+__m512 rounded_to_bf16(__m512 row) { return widen(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(row))); }
+
 // bias[col ..] under the mask as float32 (zero without a bias).
 __m512 load_bias(const bf16_t* bias, int64_t col, __mmask16 mask) {
   if (bias == nullptr) return _mm512_setzero_ps();
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, bias + col)), 16));
+  return widen(_mm256_maskz_loadu_epi16(mask, bias + col));
 }
 
 // A row of 16 outputs rounded to bfloat16, into y as bfloat16 or as the float32 values of those bfloat16.
@@ -86,10 +92,7 @@ void store_row(bf16_t* y, __mmask16 mask, __m512 row) {
   _mm256_mask_storeu_epi16(y, mask, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(row)));
 }
 
-void store_row(float* y, __mmask16 mask, __m512 row) {
-  const __m256i rounded = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(row));
-  _mm512_mask_storeu_ps(y, mask, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(rounded), 16)));
-}
+void store_row(float* y, __mmask16 mask, __m512 row) { _mm512_mask_storeu_ps(y, mask, rounded_to_bf16(row)); }
 
 // sums [rows][16] float32 (+ bias) -> y's 16 columns from col (fewer where n ends), rounded to bfloat16.
 template <typename Out>
@@ -222,10 +225,8 @@ struct LaneBest {
   // it the new max, its sum rescaled by e^(old - new) plus 1; any other adds e^(logit - max): one exponential.
   void add(const float* sums, const bf16_t* bias, int64_t col, int64_t n) {
     const __mmask16 live = column_mask(col, n);
-    const __m512 rounded = _mm512_castsi512_ps(_mm512_slli_epi32(
-        _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(
-            _mm512_add_ps(_mm512_loadu_ps(sums), load_bias(bias, col, live))))), 16));
-    const fvec logit = bit_cast<fvec>(rounded);
+    const __m512 sum_row = _mm512_add_ps(_mm512_loadu_ps(sums), load_bias(bias, col, live));
+    const fvec logit = bit_cast<fvec>(rounded_to_bf16(sum_row));
     const ivec in_vocab = bit_cast<ivec>(_mm512_movm_epi32(live));
     const ivec higher = (logit > max) & in_vocab;
     const fvec distance = logit > max ? logit - max : max - logit;  // max = -inf: +inf, e^-inf = 0
@@ -256,8 +257,7 @@ void pick(const LaneBest* workers, int64_t num_workers, int64_t m, int64_t r, in
 
 void amx_greedy_into(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n,
                      int64_t* argmax, float* logprob) {
-  const int64_t num_panels = amx_panels(n, false), num_workers = std::min<int64_t>((num_panels + 1) / 2,
-                                                                                     at::get_num_threads());
+  const int64_t num_panels = amx_panels(n, false), num_workers = workers_for((num_panels + 1) / 2);  // as amx_multiply
   std::vector<LaneBest> workers(num_workers * m);  // per worker, per row
   amx_multiply(x, m, k, panels, num_panels, [&](const Sums& sums, int64_t row0, int64_t rows, int64_t item,
                                                 int64_t worker) {

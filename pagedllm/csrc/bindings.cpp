@@ -44,6 +44,11 @@ void check_heads(const torch::Tensor& t, const char* name) {
 
 bool is_bf16(const torch::Tensor& t) { return t.scalar_type() == torch::kBFloat16; }
 
+// An optional bfloat16 tensor's data (a bias), or null.
+const bf16_t* bf16_data(const c10::optional<torch::Tensor>& t) {
+  return t ? static_cast<const bf16_t*>(t->data_ptr()) : nullptr;
+}
+
 // The least and the greatest of a non-empty contiguous int64 tensor, in a loop over its values (a torch
 // reduction and .item() cost several microseconds a call, and write_kv runs once per layer).
 std::pair<int64_t, int64_t> index_range(const torch::Tensor& t) {
@@ -276,8 +281,7 @@ torch::Tensor linear_op(const torch::Tensor& x, const torch::Tensor& panels, con
   if (x.size(0) == 0) return y;
   if (bf16)
     linear<bf16_t>(static_cast<const bf16_t*>(x.data_ptr()), x.size(0), k, static_cast<const bf16_t*>(panels.data_ptr()),
-                   bias ? static_cast<const bf16_t*>(bias->data_ptr()) : nullptr, out_features, gated,
-                   static_cast<bf16_t*>(y.data_ptr()));
+                   bf16_data(bias), out_features, gated, static_cast<bf16_t*>(y.data_ptr()));
   else
     linear<float>(x.data_ptr<float>(), x.size(0), k, panels.data_ptr<float>(), bias ? bias->data_ptr<float>() : nullptr,
                   out_features, gated, y.data_ptr<float>());
@@ -322,7 +326,7 @@ torch::Tensor amx_linear_op(const torch::Tensor& x, const torch::Tensor& panels,
   if (x.size(0) == 0) return y;
   const auto* x_data = static_cast<const bf16_t*>(x.data_ptr());
   const auto* panel_data = static_cast<const bf16_t*>(panels.data_ptr());
-  const bf16_t* bias_data = bias ? static_cast<const bf16_t*>(bias->data_ptr()) : nullptr;
+  const bf16_t* bias_data = bf16_data(bias);
   if (float_output)
     amx_linear(x_data, x.size(0), k, panel_data, bias_data, out_features, gated, y.data_ptr<float>());
   else
@@ -338,8 +342,8 @@ std::tuple<torch::Tensor, torch::Tensor> amx_greedy_head_op(const torch::Tensor&
   auto logprob = torch::empty({x.size(0)}, x.options().dtype(torch::kFloat32));
   if (x.size(0) == 0) return {argmax, logprob};
   amx_greedy_head(static_cast<const bf16_t*>(x.data_ptr()), x.size(0), x.size(1),
-                  static_cast<const bf16_t*>(panels.data_ptr()), bias ? static_cast<const bf16_t*>(bias->data_ptr()) : nullptr,
-                  out_features, argmax.data_ptr<int64_t>(), logprob.data_ptr<float>());
+                  static_cast<const bf16_t*>(panels.data_ptr()), bf16_data(bias), out_features,
+                  argmax.data_ptr<int64_t>(), logprob.data_ptr<float>());
   return {argmax, logprob};
 }
 

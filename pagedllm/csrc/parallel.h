@@ -10,13 +10,16 @@
 
 namespace pagedllm {
 
+// How many workers on_shared_counter and on_runs start for n items: one per thread, no more than the items.
+inline int64_t workers_for(int64_t n) { return std::min<int64_t>(n, at::get_num_threads()); }
+
 // body(next) on each of min(n, threads) threads, `next` a counter from 0 that they share to take items of
 // [0, n) in turn.
 template <typename Body>
 void on_shared_counter(int64_t n, const Body& body) {
   if (n <= 0) return;
   std::atomic<int64_t> next{0};
-  const int64_t workers = std::min<int64_t>(n, at::get_num_threads());
+  const int64_t workers = workers_for(n);
   at::parallel_for(0, workers, 1, [&](int64_t, int64_t) { body(next); });
 }
 
@@ -63,7 +66,7 @@ class Runs {
 template <typename Body>
 void on_runs(int64_t n, const Body& body) {
   if (n <= 0) return;
-  const int64_t workers = std::min<int64_t>(n, at::get_num_threads());
+  const int64_t workers = workers_for(n);
   Runs runs(n, workers);
   at::parallel_for(0, workers, 1, [&](int64_t begin, int64_t end) {
     for (int64_t self = begin; self < end; ++self) body([&] { return runs.take(self); }, self);
