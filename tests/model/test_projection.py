@@ -228,6 +228,13 @@ def test_amx_linear_kernel_rejects_mismatched_inputs():
     with pytest.raises(RuntimeError, match="bias"):  # a gated bias covers gate and up
         kernels.amx_linear(torch.randn(3, 64, dtype=torch.bfloat16), gated, torch.randn(40, dtype=torch.bfloat16), 40,
                            gated=True)
+    # the greedy pass takes the same operands as the plain matmul, ungated
+    with pytest.raises(RuntimeError, match="pack_amx_linear"):
+        kernels.amx_greedy_head(torch.randn(3, 96, dtype=torch.bfloat16), tiles, None, 40)
+    with pytest.raises(RuntimeError, match="bias"):
+        kernels.amx_greedy_head(torch.randn(3, 64, dtype=torch.bfloat16), tiles, torch.randn(39, dtype=torch.bfloat16), 40)
+    with pytest.raises(RuntimeError, match="pack_amx_linear"):
+        kernels.amx_greedy_head(torch.randn(3, 64, dtype=torch.bfloat16), gated, None, 40)
 
 
 @needs_amx
