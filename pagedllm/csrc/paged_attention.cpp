@@ -1089,24 +1089,25 @@ class Kernel {
     }
   }
 
+  // Row by row, in registers: M = max m_p, w_p = e^(m_p - M), out = (sum_p w_p acc_p) / (sum_p w_p l_p).
   void merge_parts(const Tile& t, const float* partials, int64_t slot_stride) const {
-    const int64_t num_rows = rows(t);
-    thread_local std::vector<float> merged;  // acc [rows][dim], then sums [rows]: no allocation per merge
-    merged.assign(num_rows * (kDim + 1), 0.0f);
-    float* acc = merged.data();
-    float* sums = acc + num_rows * kDim;
-    for (int64_t r = 0; r < num_rows; ++r) {
+    T* out = static_cast<T*>(a_.out);
+    for (int64_t r = 0; r < rows(t); ++r) {
+      const float* row = partials + r * (kDim + 2);
       float big_m = kNegInf;
-      for (int64_t p = 0; p < t.num_parts; ++p)
-        big_m = std::max(big_m, partials[p * slot_stride + r * (kDim + 2) + kDim]);
+      for (int64_t p = 0; p < t.num_parts; ++p) big_m = std::max(big_m, row[p * slot_stride + kDim]);
+      fvec acc[kChunks] = {};
+      float sum = 0.0f;
       for (int64_t p = 0; p < t.num_parts; ++p) {
-        const float* part = partials + p * slot_stride + r * (kDim + 2);
+        const float* part = row + p * slot_stride;
         const float w = fast_exp(part[kDim] - big_m);  // 0 for a part the row saw no key of (m = -inf)
-        sums[r] += w * part[kDim + 1];
-        for (int64_t d = 0; d < kDim; ++d) acc[r * kDim + d] += w * part[d];
+        sum += w * part[kDim + 1];
+        for (int64_t c = 0; c < kChunks; ++c) acc[c] += splat(w) * loadv(part + c * kLanes);
       }
+      const float inv = 1.0f / sum;  // every row sees at least its own key, so sum > 0
+      T* dst = out + (token_index(t, r) * a_.num_heads + head_index(t, r)) * kDim;
+      for (int64_t c = 0; c < kChunks; ++c) storev(dst + c * kLanes, acc[c] * inv);
     }
-    write_rows(t, acc, sums, num_rows);
   }
 
   void write_rows(const Tile& t, const float* acc, const float* sums, int64_t num_rows) const {
