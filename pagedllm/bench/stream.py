@@ -44,7 +44,8 @@ def build_probe() -> Path:
     if cc is None:
         raise RuntimeError("no C compiler found ($CC or cc): the stream probe is compiled on this machine")
     flags = ["-O2", "-march=native", "-fopenmp"] + (["-mamx-tile", "-mamx-bf16"] if has_amx() else [])
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join([cc, *flags, *sorted(cpu_flags())]).encode()).hexdigest()
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
+    key = hashlib.sha256(SOURCE.read_bytes() + " ".join([version, *flags, *sorted(cpu_flags())]).encode()).hexdigest()
     binary = cache_dir() / "probes" / f"stream_probe_{key[:16]}"
     if not binary.exists():
         binary.parent.mkdir(parents=True, exist_ok=True)
