@@ -1091,7 +1091,6 @@ class Kernel {
 
   // Row by row, in registers: M = max m_p, w_p = e^(m_p - M), out = (sum_p w_p acc_p) / (sum_p w_p l_p).
   void merge_parts(const Tile& t, const float* partials, int64_t slot_stride) const {
-    T* out = static_cast<T*>(a_.out);
     for (int64_t r = 0; r < rows(t); ++r) {
       const float* row = partials + r * (kDim + 2);
       float big_m = kNegInf;
@@ -1105,15 +1104,19 @@ class Kernel {
         for (int64_t c = 0; c < kChunks; ++c) acc[c] += splat(w) * loadv(part + c * kLanes);
       }
       const float inv = 1.0f / sum;  // every row sees at least its own key, so sum > 0
-      T* dst = out + (token_index(t, r) * a_.num_heads + head_index(t, r)) * kDim;
+      T* dst = output_row(t, r);
       for (int64_t c = 0; c < kChunks; ++c) storev(dst + c * kLanes, acc[c] * inv);
     }
   }
 
+  // Where row r of tile t (its token and query head) goes in the output.
+  T* output_row(const Tile& t, int64_t r) const {
+    return static_cast<T*>(a_.out) + (token_index(t, r) * a_.num_heads + head_index(t, r)) * kDim;
+  }
+
   void write_rows(const Tile& t, const float* acc, const float* sums, int64_t num_rows) const {
-    T* out = static_cast<T*>(a_.out);
     for (int64_t r = 0; r < num_rows; ++r) {
-      T* dst = out + (token_index(t, r) * a_.num_heads + head_index(t, r)) * kDim;
+      T* dst = output_row(t, r);
       const float inv = 1.0f / sums[r];  // every row sees at least its own key, so sums[r] > 0
       for (int64_t c = 0; c < kChunks; ++c) storev(dst + c * kLanes, loadv(acc + r * kDim + c * kLanes) * inv);
     }
