@@ -305,11 +305,14 @@ struct Scratch {
   line_vector<bf16_t> v_columns;  // AMX tiles: the V rows of a copy as columns, [dim][copy key]
   line_vector<float> m, l, alpha, limit;  // [padded rows]; limit: the last key position a row may see
   line_vector<unsigned char> kv_copy;  // K rows, then V rows, of the keys being scored (cache dtype)
-  const void* rows[kCopyKeys] = {};  // few rows: the K rows of the keys being scored, where they lie in the cache
+  // where the rows of the keys being scored lie in the cache: few rows, their K rows; AMX tiles, their V rows
+  const void* rows[kCopyKeys] = {};
   // few rows: the K rows of the next copy (V is value_offset_ further), requested into L2 while this copy's keys
   // are scored and accumulated; next_count of them (0 for many rows, whose copy requests them all)
   const void* next_rows[kCopyKeys] = {};
   int64_t next_count = 0;
+  // AMX tiles: each run of 16 keys' K rows, head_dim apart (in their block, or copied into kv_copy)
+  const void* key_runs[kCopyKeys / kAmxTileRows] = {};
   const void* keys = nullptr;    // the current key tile's first K and V rows in kv_copy (rows head_dim apart)
   const void* values = nullptr;
 
@@ -526,9 +529,10 @@ class Kernel {
   // The K and V rows of the next kCopyKeys keys are read in one tight loop before the key tiles among them are
   // scored: the blocks lie anywhere in the pool, and a loop that reads several blocks in turn keeps more reads
   // in flight than loads spread through the score and output loops (docs/attention.md). Many rows copy them
-  // into the thread's own buffer, which their loops read many times over; few rows (`in_place`: decodes) load
-  // each line once and then score the rows where they lie, now in L1: without the copy's stores more of the
-  // loop's reads fit in the core's window (decodes of 40 sequences over 30 layers 9% faster on a Xeon).
+  // into the thread's own buffer, which their loops read many times over (on AMX tiles: keys_in_place); few
+  // rows (`in_place`: decodes) load each line once and then score the rows where they lie, now in L1: without
+  // the copy's stores more of the loop's reads fit in the core's window (decodes of 40 sequences over 30
+  // layers 9% faster on a Xeon).
   void load_keys(const Tile& t, int64_t key0, int64_t key_begin, int64_t key_end, const Keys& after,
                  Scratch& s, bool in_place) const {
     T* k_copy = reinterpret_cast<T*>(s.kv_copy.data());
@@ -542,6 +546,10 @@ class Kernel {
       const int64_t next_count = after.tile == nullptr ? 0 : std::min(kCopyKeys, after.key_end - after.key0);
       if (next_count > 0)
         for_each_key(*after.tile, after.key0, next_count, [&](int64_t j, const T* k) { next[j] = k; });
+      if (kTiles && !in_place) {
+        keys_in_place(src, count, next, next_count, s);
+        return;
+      }
       // rows in the order j = 0, 16, 32, 48, 1, ...: with blocks of 16, four blocks' K and V streams in flight,
       // each read in order. The same rows of the next copy are requested into L2: with each row here when the
       // rows are copied; in place, only the first row of each stream here, the rest while this copy is scored
@@ -568,6 +576,27 @@ class Kernel {
     }
     s.keys = k_copy + at * kDim;
     s.values = v_copy + at * kDim;
+  }
+
+  // AMX tiles: the tile loads read a run of 16 keys' K rows where they lie when they follow each other in one
+  // block, and make_value_columns reads the V rows where they lie; only runs that cross blocks or end early are
+  // copied (copying every row measured slower: docs/attention.md). The next copy's rows are requested into L2
+  // while this one is worked on.
+  void keys_in_place(const T* const* src, int64_t count, const T* const* next, int64_t next_count, Scratch& s) const {
+    T* k_copy = reinterpret_cast<T*>(s.kv_copy.data());
+    for (int64_t j = 0; j < next_count; ++j) {
+      prefetch_row(next[j]);
+      prefetch_row(next[j] + value_offset_);
+    }
+    for (int64_t j0 = 0; j0 < kCopyKeys; j0 += kAmxTileRows) {
+      const int64_t run_end = j0 + kAmxTileRows;
+      bool follow = run_end <= count;  // every row head_dim after the one before
+      for (int64_t j = j0 + 1; follow && j < run_end; ++j) follow = src[j] == src[j - 1] + kDim;
+      if (!follow)
+        for (int64_t j = j0; j < std::min(run_end, count); ++j) copy_row(k_copy + j * kDim, src[j]);
+      s.key_runs[j0 / kAmxTileRows] = follow ? src[j0] : k_copy + j0 * kDim;
+    }
+    for (int64_t j = 0; j < count; ++j) s.rows[j] = src[j] + value_offset_;
   }
 
   // One K or V row, in 64-byte vectors (AVX-512; else 32-byte ones) written out here: as a call to the
@@ -775,13 +804,15 @@ class Kernel {
       auto probability = [&](int64_t j) {
         return j < n ? coarse_exp2(loadv(s.scores.data() + j * width + at) * scale2 - shift2) : fvec{};
       };
+      fvec odd_sum{};  // a second chain of additions: one would wait out each one's latency
       for (int64_t j = 0; j < kCopyKeys; j += 2) {
         fvec lo = probability(j), hi = probability(j + 1);
         const uvec pair = round_pair(lo, hi);  // the value tiles multiply them as bfloat16: l sums the same
         sum += lo;
-        sum += hi;
+        odd_sum += hi;
         std::memcpy(s.p_pairs.data() + j / 2 * width + at, &pair, sizeof pair);
       }
+      sum += odd_sum;
     } else {
       for (int64_t j = 0; j < n; ++j) {
         float* p = s.scores.data() + j * width + at;
@@ -938,21 +969,22 @@ class Kernel {
   }
 
   // scores [key][row] = K Q^T (unscaled) for every key of the copy (past n the copy's stale rows: never read),
-  // for row vector v: each K tile is one run of 16 keys x 32 dims as the copy holds them, and each query tile
+  // for row vector v: each K tile is one run of 16 keys x 32 dims (Scratch::key_runs), and each query tile
   // 16 dim pairs x the vector's 16 rows.
   void score_tiles(Scratch& s, int64_t width, int64_t v) const {
     static_assert(kCopyKeys == 4 * kAmxTileRows, "a copy is four runs of 16 keys");
-    const char* keys = reinterpret_cast<const char*>(s.keys);
+    const char* runs[4];
+    for (int r = 0; r < 4; ++r) runs[r] = reinterpret_cast<const char*>(s.key_runs[r]);
     const int64_t width_bytes = width * 4;
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
     _tile_zero(3);
     for (int64_t c = 0; c < kDim / kAmxDepth; c += 2) {  // query tiles 5 and 7 in turn
-      score_runs<5>(keys + c * kAmxDepth * 2, s.q_pairs.data() + c * kAmxDepth / 2 * width + v * kLanes, width);
+      score_runs<5>(runs, c * kAmxDepth * 2, s.q_pairs.data() + c * kAmxDepth / 2 * width + v * kLanes, width);
       if (c + 1 < kDim / kAmxDepth)
-        score_runs<7>(keys + (c + 1) * kAmxDepth * 2, s.q_pairs.data() + (c + 1) * kAmxDepth / 2 * width + v * kLanes,
-                      width);
+        score_runs<7>(runs, (c + 1) * kAmxDepth * 2,
+                      s.q_pairs.data() + (c + 1) * kAmxDepth / 2 * width + v * kLanes, width);
     }
     float* scores = s.scores.data() + v * kLanes;
     _tile_stored(0, scores, width_bytes);
@@ -965,17 +997,17 @@ class Kernel {
   // (5 or 7), loaded from `queries`. (The tile intrinsics write their tile numbers into the instruction text:
   // they must be literals.)
   template <int kQuery>
-  static void score_runs(const char* keys, const uint32_t* queries, int64_t width) {
-    constexpr int64_t kKeyBytes = kDim * 2, kRunBytes = kAmxTileRows * kKeyBytes;
+  static void score_runs(const char* const* runs, int64_t offset, const uint32_t* queries, int64_t width) {
+    constexpr int64_t kKeyBytes = kDim * 2;
 #define PAGEDLLM_SCORE_RUNS(query)                      \
     _tile_loadd(query, queries, width * 4);             \
-    _tile_loadd(4, keys, kKeyBytes);                    \
+    _tile_loadd(4, runs[0] + offset, kKeyBytes);        \
     _tile_dpbf16ps(0, 4, query);                        \
-    _tile_loadd(6, keys + kRunBytes, kKeyBytes);        \
+    _tile_loadd(6, runs[1] + offset, kKeyBytes);        \
     _tile_dpbf16ps(1, 6, query);                        \
-    _tile_loadd(4, keys + 2 * kRunBytes, kKeyBytes);    \
+    _tile_loadd(4, runs[2] + offset, kKeyBytes);        \
     _tile_dpbf16ps(2, 4, query);                        \
-    _tile_loadd(6, keys + 3 * kRunBytes, kKeyBytes);    \
+    _tile_loadd(6, runs[3] + offset, kKeyBytes);        \
     _tile_dpbf16ps(3, 6, query);
     if constexpr (kQuery == 5) {
       PAGEDLLM_SCORE_RUNS(5)
@@ -1046,17 +1078,18 @@ class Kernel {
     for (int64_t d = 0; d < kDim; ++d) storev(acc + d * width, loadv(acc + d * width) * alpha);
   }
 
-  // The copy's V rows as columns: v_columns [dim][key] (the tiles' first operand is row-major), keys from n on
-  // zero. 16 keys x 16 dim pairs at a time: a 32-bit transpose puts a dim pair of 16 keys in one vector, whose
-  // low halves are one dim's column and high halves the next's.
+  // The copy's V rows, read where they lie, as columns: v_columns [dim][key] (the tiles' first operand is
+  // row-major), keys from n on zero. 16 keys x 16 dim pairs at a time: a 32-bit transpose puts a dim pair of 16
+  // keys in one vector, whose low halves are one dim's column and high halves the next's.
   void make_value_columns(Scratch& s, int64_t n) const {
-    bf16_t* rows = reinterpret_cast<bf16_t*>(s.kv_copy.data()) + kCopyKeys * kDim;  // a tile step is one whole copy
-    if (n < kCopyKeys) std::fill(rows + n * kDim, rows + kCopyKeys * kDim, bf16_t{0});
+    alignas(64) static const bf16_t zeros[kDim] = {};
+    const bf16_t* rows[kCopyKeys];  // a tile step is one whole copy; keys from n on zero
+    for (int64_t j = 0; j < kCopyKeys; ++j) rows[j] = j < n ? static_cast<const bf16_t*>(s.rows[j]) : zeros;
     for (int64_t k0 = 0; k0 < kCopyKeys; k0 += kLanes)
       for (int64_t p0 = 0; p0 < kDim / 2; p0 += kLanes) {
         fvec x[kLanes];
         for (int64_t r = 0; r < kLanes; ++r)
-          std::memcpy(&x[r], rows + (k0 + r) * kDim + 2 * p0, sizeof x[r]);
+          std::memcpy(&x[r], rows[k0 + r] + 2 * p0, sizeof x[r]);
         transpose(x);
         for (int64_t r = 0; r < kLanes; ++r) {
           const __m512i pairs = bit_cast<__m512i>(x[r]);
