@@ -83,9 +83,9 @@ void check_batch(const torch::Tensor& query, const torch::Tensor& kv_cache, cons
 
 }  // namespace
 
-void paged_attention_op(torch::Tensor out, const torch::Tensor& query, const torch::Tensor& kv_cache,
-                        const torch::Tensor& block_tables, const torch::Tensor& seq_lens,
-                        const torch::Tensor& query_start_loc, double scale, int64_t partition_size) {
+PagedAttentionArgs attention_args(torch::Tensor out, const torch::Tensor& query, const torch::Tensor& kv_cache,
+                                  const torch::Tensor& block_tables, const torch::Tensor& seq_lens,
+                                  const torch::Tensor& query_start_loc, double scale, int64_t partition_size) {
   check_float(kv_cache, "kv_cache");
   check_heads(query, "query");
   TORCH_CHECK(kv_cache.is_contiguous() && kv_cache.dim() == 5 && kv_cache.size(0) == 2,
@@ -104,15 +104,24 @@ void paged_attention_op(torch::Tensor out, const torch::Tensor& query, const tor
               query.size(2));
   TORCH_CHECK(query.size(1) % kv_cache.size(1) == 0, "query heads must be a multiple of KV heads");
   check_batch(query, kv_cache, block_tables, seq_lens, query_start_loc);
-  PagedAttentionArgs args{query.data_ptr(), query.stride(0), kv_cache.data_ptr(), out.data_ptr(),
-                          block_tables.data_ptr<int64_t>(), block_tables.size(1), seq_lens.data_ptr<int64_t>(),
-                          query_start_loc.data_ptr<int64_t>(), seq_lens.size(0), query.size(1), kv_cache.size(1),
-                          kv_cache.size(2), kv_cache.size(3), kv_cache.size(4), static_cast<float>(scale),
-                          partition_size};
-  if (is_bf16(kv_cache))
+  return {query.data_ptr(), query.stride(0), kv_cache.data_ptr(), out.data_ptr(), block_tables.data_ptr<int64_t>(),
+          block_tables.size(1), seq_lens.data_ptr<int64_t>(), query_start_loc.data_ptr<int64_t>(), seq_lens.size(0),
+          query.size(1), kv_cache.size(1), kv_cache.size(2), kv_cache.size(3), kv_cache.size(4),
+          static_cast<float>(scale), partition_size};
+}
+
+void paged_attention(const PagedAttentionArgs& args, bool bf16) {
+  if (bf16)
     paged_attention_bf16(args);
   else
     paged_attention_f32(args);
+}
+
+void paged_attention_op(torch::Tensor out, const torch::Tensor& query, const torch::Tensor& kv_cache,
+                        const torch::Tensor& block_tables, const torch::Tensor& seq_lens,
+                        const torch::Tensor& query_start_loc, double scale, int64_t partition_size) {
+  paged_attention(attention_args(out, query, kv_cache, block_tables, seq_lens, query_start_loc, scale, partition_size),
+                  is_bf16(kv_cache));
 }
 
 CacheShape cache_shape(const torch::Tensor& cache) {
@@ -121,8 +130,8 @@ CacheShape cache_shape(const torch::Tensor& cache) {
   return {cache.size(1), cache.size(2), cache.size(3), cache.size(4), static_cast<int64_t>(cache.element_size())};
 }
 
-void write_kv_op(const torch::Tensor& key, const torch::Tensor& value, torch::Tensor kv_cache,
-              const torch::Tensor& slot_mapping) {
+CacheShape kv_write_shape(const torch::Tensor& key, const torch::Tensor& value, const torch::Tensor& kv_cache,
+                          const torch::Tensor& slot_mapping) {
   check_cpu(kv_cache, "kv_cache");
   check_heads(key, "key");
   check_heads(value, "value");
@@ -136,6 +145,12 @@ void write_kv_op(const torch::Tensor& key, const torch::Tensor& value, torch::Te
               "key/value shape does not match kv_cache");
   if (slot_mapping.numel() > 0)
     TORCH_CHECK(index_range(slot_mapping).second < shape.num_blocks * shape.block_size, "slot out of range");
+  return shape;
+}
+
+void write_kv_op(const torch::Tensor& key, const torch::Tensor& value, torch::Tensor kv_cache,
+              const torch::Tensor& slot_mapping) {
+  const CacheShape shape = kv_write_shape(key, value, kv_cache, slot_mapping);
   write_kv(key.data_ptr(), key.stride(0), value.data_ptr(), value.stride(0), kv_cache.data_ptr(), shape,
            slot_mapping.data_ptr<int64_t>(), slot_mapping.size(0));
 }

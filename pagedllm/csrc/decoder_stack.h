@@ -6,6 +6,9 @@
 
 #include <vector>
 
+#include "cache_ops.h"
+#include "paged_attention.h"
+
 namespace pagedllm {
 
 // One projection over a weight packed by pack_amx_linear (amx) or pack_linear (gated, either: an MLP's [gate; up]
@@ -16,7 +19,10 @@ struct StackMatmul {
   int64_t out_features;
   bool amx, gated;
 
-  torch::Tensor operator()(const torch::Tensor& x) const;
+  int64_t in_features() const;
+  // y [m, out_features] = x [m, in_features] W^T (+ bias), both contiguous, of the weight's dtype T.
+  template <typename T>
+  void operator()(const T* x, int64_t m, T* y) const;
 };
 
 struct StackLayer {
@@ -31,15 +37,21 @@ class DecoderStack {
   void add_layer(torch::Tensor input_norm, torch::Tensor post_norm, StackMatmul qkv, StackMatmul out,
                  StackMatmul gate_up, StackMatmul down);
 
-  // hidden: the embeddings' sublayer output so far, residual: the residual stream, both [T, hidden]; residual
-  // is updated in place and the last layer's MLP output returned (the final norm is the caller's). Every
-  // layer writes its new K/V at slot_mapping and attends through the block tables, as the Python loop does.
+  // hidden: the embeddings' sublayer output so far, residual: the residual stream, both [T, hidden]; both are
+  // updated in place, and hidden, holding the last layer's MLP output, returned (the final norm is the caller's).
+  // Every layer writes its new K/V at slot_mapping and attends through the block tables, as the Python loop does.
   torch::Tensor forward(torch::Tensor hidden, torch::Tensor residual, const torch::Tensor& cos,
                         const torch::Tensor& sin, const std::vector<torch::Tensor>& kv_caches,
                         const torch::Tensor& slot_mapping, const torch::Tensor& block_tables,
                         const torch::Tensor& seq_lens, const torch::Tensor& query_start_loc) const;
 
  private:
+  struct Buffers;  // one step's activations between the kernels
+  template <typename T>
+  void run_layers(T* hidden, T* residual, int64_t tokens, const T* cos, const T* sin, const Buffers& buffers,
+                  const std::vector<void*>& caches, const CacheShape& cache, const int64_t* slots,
+                  PagedAttentionArgs attention) const;
+
   int64_t num_heads_, num_kv_heads_, head_dim_;
   double eps_, scale_;
   std::vector<StackLayer> layers_;

@@ -1,6 +1,8 @@
 """The decoder layers in one compiled call (pagedllm/model/decoder_stack.py) against the compiled path's Python
 loop: the same ops in the same order, so the same logits to the bit, and the same K/V written."""
 
+import dataclasses
+
 import pytest
 import torch
 from compiled_kernels import require_compiled_kernels
@@ -100,3 +102,29 @@ def test_stack_rejects_a_wrong_number_of_caches(model_dir) -> None:
     meta = runner.prepare([SeqInput([5], 0, [0])]).meta
     with pytest.raises(RuntimeError, match="one KV cache per layer"):
         model.stack(hidden, hidden.clone(), cos_sin, runner.kv_caches[:-1], meta)
+
+
+def test_stack_checks_its_inputs_once_for_every_layer(model_dir) -> None:
+    """The stack checks the tensors once a call and then runs every layer on raw pointers: a cache shaped unlike
+    the first, a slot outside the pool, a block id outside it and a hidden state of another dtype are refused
+    before anything is written."""
+    model, config = load(model_dir, torch.float32)
+    runner = ModelRunner(model, config, num_blocks=4, block_size=16, dtype=torch.float32, attention_impl="compiled")
+    meta = runner.prepare([SeqInput([5], 0, [0])]).meta
+    hidden = torch.zeros(1, config.hidden_size)
+    cos_sin = model.rotary.cos_sin(torch.tensor([0]), torch.float32)
+    before = [cache.clone() for cache in runner.kv_caches]
+
+    def call(caches=runner.kv_caches, meta=meta, hidden=hidden):
+        return model.stack(hidden, hidden.clone(), cos_sin, caches, meta)
+
+    with pytest.raises(RuntimeError, match="shaped like the first"):
+        call(caches=runner.kv_caches[:-1] + [runner.kv_caches[-1][:, :, :2].contiguous()])
+    with pytest.raises(RuntimeError, match="slot out of range"):
+        call(meta=dataclasses.replace(meta, slot_mapping=torch.tensor([4 * 16])))
+    with pytest.raises(ValueError, match="outside the pool"):
+        call(meta=dataclasses.replace(meta, block_tables=torch.tensor([[4]])))
+    with pytest.raises(RuntimeError, match="weights' dtype"):
+        call(hidden=hidden.double())
+    assert all(torch.equal(a, b) for a, b in zip(runner.kv_caches, before, strict=True))
+    call()  # and the step itself runs
