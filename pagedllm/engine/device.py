@@ -65,8 +65,12 @@ def record_transfers() -> Iterator[list[Transfer]]:
 
 
 def _record(direction: str, what: str, tensor: torch.Tensor) -> None:
+    _record_bytes(direction, what, tensor.numel() * tensor.element_size())
+
+
+def _record_bytes(direction: str, what: str, nbytes: int) -> None:
     for log in _recorders:
-        log.append(Transfer(direction, what, tensor.numel() * tensor.element_size()))
+        log.append(Transfer(direction, what, nbytes))
 
 
 def to_device(host: torch.Tensor, device: torch.device, what: str) -> torch.Tensor:
@@ -86,6 +90,11 @@ def to_device_packed(parts: list[torch.Tensor], device: torch.device, what: str)
     at arbitrary offsets would make new combinations, and new compiles, in the middle of a run."""
     per_line = max(1, 16 // parts[0].element_size())
     padded = [-(-p.numel() // per_line) * per_line for p in parts]
+    if device.type == "cpu" and all(p.is_contiguous() and p.data_ptr() % 16 == 0 for p in parts):
+        # nothing to copy: the parts as they are (packing them took 0.1 ms of a 19 ms decode step), recorded
+        # as the one copy a device would take
+        _record_bytes("h2d", what, sum(padded) * parts[0].element_size())
+        return list(parts)
     flat = torch.zeros(sum(padded), dtype=parts[0].dtype)
     for piece, part in zip(flat.split(padded), parts):
         piece[: part.numel()] = part
