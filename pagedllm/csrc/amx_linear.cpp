@@ -8,7 +8,9 @@
 // ahead (a decode step's 30 layers 3-6% faster); requesting each thread's next pair of panels into L2 during this
 // one was 10-19% slower at 8-64 rows (docs/models.md). An MLP's [gate; up] weight is
 // packed gated: each pair of panels is 16 outputs' gate and up columns, stored as silu(gate) * up, so that the
-// [rows, 2 I] product is never written out and read back by a separate activation.
+// [rows, 2 I] product is never written out and read back by a separate activation. A pass's sums are stored a
+// slice per tile step of the thread's next pass, so that the stores' vector work overlaps its stream (an LM
+// head's picks 15% faster, the projections 7%: docs/models.md).
 #include "amx_linear.h"
 
 #include <algorithm>
@@ -94,36 +96,32 @@ void store_row(bf16_t* y, __mmask16 mask, __m512 row) {
 
 void store_row(float* y, __mmask16 mask, __m512 row) { _mm512_mask_storeu_ps(y, mask, rounded_to_bf16(row)); }
 
-// sums [rows][16] float32 (+ bias) -> y's 16 columns from col (fewer where n ends), rounded to bfloat16.
+// A row of 16 float32 sums (+ bias) -> y's 16 columns from col (fewer where n ends), rounded to bfloat16.
 template <typename Out>
-void store_tile(const float* sums, int rows, const bf16_t* bias, int64_t col, int64_t n, Out* y) {
+void store_sums_row(const float* sums, const bf16_t* bias, int64_t col, int64_t n, Out* y) {
   const __mmask16 mask = column_mask(col, n);
-  const __m512 b = load_bias(bias, col, mask);
-  for (int r = 0; r < rows; ++r) store_row(y + r * n + col, mask, _mm512_add_ps(_mm512_loadu_ps(sums + r * 16), b));
+  store_row(y + col, mask, _mm512_add_ps(_mm512_loadu_ps(sums), load_bias(bias, col, mask)));
 }
 
-// A gated weight's gate sums and up sums of the same 16 outputs -> silu(gate) * up in y's columns from col, as
-// pagedllm's other matmul stores its gated panels (bias: [2 n], the gate's then the up's).
+// A row of a gated weight's 16 gate sums and the same outputs' 16 up sums -> silu(gate) * up in y's columns from
+// col, as pagedllm's other matmul stores its gated panels (bias: [2 n], the gate's then the up's).
 template <typename Out>
-void store_gated_tile(const float* gate, const float* up, int rows, const bf16_t* bias, int64_t col, int64_t n,
-                      Out* y) {
+void store_gated_row(const float* gate, const float* up, const bf16_t* bias, int64_t col, int64_t n, Out* y) {
   const __mmask16 mask = column_mask(col, n);
-  const __m512 gate_bias = load_bias(bias, col, mask);
-  const __m512 up_bias = load_bias(bias == nullptr ? nullptr : bias + n, col, mask);
-  for (int r = 0; r < rows; ++r) {
-    const fvec g = bit_cast<fvec>(_mm512_add_ps(_mm512_loadu_ps(gate + r * 16), gate_bias));
-    const fvec u = bit_cast<fvec>(_mm512_add_ps(_mm512_loadu_ps(up + r * 16), up_bias));
-    store_row(y + r * n + col, mask, bit_cast<__m512>(g / (1.0f + fast_exp(-g)) * u));
-  }
+  const fvec g = bit_cast<fvec>(_mm512_add_ps(_mm512_loadu_ps(gate), load_bias(bias, col, mask)));
+  const fvec u = bit_cast<fvec>(
+      _mm512_add_ps(_mm512_loadu_ps(up), load_bias(bias == nullptr ? nullptr : bias + n, col, mask)));
+  store_row(y + col, mask, bit_cast<__m512>(g / (1.0f + fast_exp(-g)) * u));
 }
 
 using Sums = float[4][kAmxTileRows * kAmxPanelCols];
 
 // kRows row tiles of x (the first at x0, the second at x1, rows x_stride bytes apart) times kPanels panels (from
-// panel, panel_bytes apart) into sums; `prefetch`: requesting the weight tiles kPrefetchSteps steps ahead.
-template <int kRows, int kPanels>
+// panel, panel_bytes apart) into sums; `prefetch`: requesting the weight tiles kPrefetchSteps steps ahead;
+// during(s) after step s's products are issued (vector work that overlaps the tile loads).
+template <int kRows, int kPanels, typename During>
 void multiply_tiles(const char* x0, const char* x1, int64_t x_stride, int64_t steps, const char* panel,
-                    int64_t panel_bytes, Sums& sums, bool prefetch) {
+                    int64_t panel_bytes, Sums& sums, bool prefetch, const During& during) {
   _tile_zero(0);
   if constexpr (kPanels > 1) _tile_zero(1);
   if constexpr (kRows > 1) _tile_zero(2);
@@ -142,6 +140,7 @@ void multiply_tiles(const char* x0, const char* x1, int64_t x_stride, int64_t st
       _tile_dpbf16ps(2, 5, 6);
       if constexpr (kPanels > 1) _tile_dpbf16ps(3, 5, 7);
     }
+    during(s);
   }
   _tile_stored(0, sums[0], 64);
   if constexpr (kPanels > 1) _tile_stored(1, sums[1], 64);
@@ -149,15 +148,33 @@ void multiply_tiles(const char* x0, const char* x1, int64_t x_stride, int64_t st
   if constexpr (kRows > 1 && kPanels > 1) _tile_stored(3, sums[3], 64);
 }
 
-using MultiplyTiles = void (*)(const char*, const char*, int64_t, int64_t, const char*, int64_t, Sums&, bool);
-constexpr MultiplyTiles kMultiplyTiles[2][2] = {{multiply_tiles<1, 1>, multiply_tiles<1, 2>},
-                                                {multiply_tiles<2, 1>, multiply_tiles<2, 2>}};
+template <typename During>
+void multiply_item(int64_t row_tiles, int64_t item_panels, const char* x0, const char* x1, int64_t x_stride,
+                   int64_t steps, const char* panel, int64_t panel_bytes, Sums& sums, bool prefetch,
+                   const During& during) {
+  if (row_tiles == 1 && item_panels == 1)
+    multiply_tiles<1, 1>(x0, x1, x_stride, steps, panel, panel_bytes, sums, prefetch, during);
+  else if (row_tiles == 1)
+    multiply_tiles<1, 2>(x0, x1, x_stride, steps, panel, panel_bytes, sums, prefetch, during);
+  else if (item_panels == 1)
+    multiply_tiles<2, 1>(x0, x1, x_stride, steps, panel, panel_bytes, sums, prefetch, during);
+  else
+    multiply_tiles<2, 2>(x0, x1, x_stride, steps, panel, panel_bytes, sums, prefetch, during);
+}
+
+// A pass of 32 rows or fewer over one item whose sums wait for their store.
+struct Pass {
+  int64_t item = -1, row0 = 0, rows = 0;
+};
 
 }  // namespace
 
 // x [m, k] times the num_panels panels of a packed weight, item (pair of panels) by item, 32 rows at a time: the
-// tiles of sums of each pass go to store(sums, row0, rows, item, worker) on the thread that made them, sums[2 i + j]
-// holding row tile i (rows row0 + 16 i ..) of the item's panel j; worker: that thread's index among the call's.
+// tiles of sums of each pass go to store(sums, row0, item, worker, first, end) on the thread that made them,
+// sums[2 i + j] holding row tile i (rows row0 + 16 i ..) of the item's panel j, for the pass's rows [first, end);
+// worker: that thread's index among the call's. A pass's rows are stored a slice per tile step of the thread's next
+// pass, so that their vector work (bias, rounding, an activation, an LM head's softmax sums) runs while that pass's
+// weight tiles stream in rather than between two streams.
 template <typename Store>
 void amx_multiply(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, int64_t num_panels, const Store& store) {
   // tile loads read 16 rows (m of them below 16): a last partial row tile of a larger batch is read from a copy
@@ -182,16 +199,27 @@ void amx_multiply(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, i
   const TileConfig config = tile_config(static_cast<int>(std::min<int64_t>(m, kAmxTileRows)), 6);
   on_runs(num_items, [&](const auto& take, int64_t worker) {
     _tile_loadconfig(&config);  // the tile shapes are per thread
-    alignas(64) Sums sums;
+    alignas(64) Sums sums[2];  // the pass being multiplied, and the one being stored
+    Pass waiting;
+    int current = 0;
     for (int64_t item = take(); item >= 0; item = take()) {
       const int64_t panel0 = 2 * item, item_panels = std::min<int64_t>(2, num_panels - panel0);
       for (int64_t row0 = 0; row0 < m; row0 += kItemRows) {
         const int64_t rows = std::min(kItemRows, m - row0), row_tiles = (rows + kAmxTileRows - 1) / kAmxTileRows;
-        kMultiplyTiles[row_tiles - 1][item_panels - 1](row_tile(row0), row_tile(row0 + kAmxTileRows), x_stride, steps,
-                                                       base + panel0 * panel_bytes, panel_bytes, sums, row0 == 0);
-        store(sums, row0, rows, item, worker);
+        int64_t stored = 0;
+        auto store_slice = [&](int64_t s) {  // the waiting pass's rows up to step s's share of them
+          const int64_t end = waiting.rows * (s + 1) / steps;
+          if (waiting.item < 0 || end <= stored) return;
+          store(sums[current ^ 1], waiting.row0, waiting.item, worker, stored, end);
+          stored = end;
+        };
+        multiply_item(row_tiles, item_panels, row_tile(row0), row_tile(row0 + kAmxTileRows), x_stride, steps,
+                      base + panel0 * panel_bytes, panel_bytes, sums[current], row0 == 0, store_slice);
+        waiting = {item, row0, rows};
+        current ^= 1;
       }
     }
+    if (waiting.item >= 0) store(sums[current ^ 1], waiting.row0, waiting.item, worker, 0, waiting.rows);
     _tile_release();
   });
 }
@@ -200,17 +228,18 @@ template <typename Out>
 void amx_linear_into(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n,
                      bool gated, Out* y) {
   const int64_t num_panels = amx_panels(gated ? 2 * n : n, gated);
-  amx_multiply(x, m, k, panels, num_panels, [&](const Sums& sums, int64_t row0, int64_t rows, int64_t item, int64_t) {
+  amx_multiply(x, m, k, panels, num_panels, [&](const Sums& sums, int64_t row0, int64_t item, int64_t, int64_t first,
+                                                int64_t end) {
     const int64_t panel0 = 2 * item, item_panels = std::min<int64_t>(2, num_panels - panel0);
-    for (int64_t i = 0; i * kAmxTileRows < rows; ++i) {
-      const int tile_rows = static_cast<int>(std::min(kAmxTileRows, rows - i * kAmxTileRows));
-      Out* y_rows = y + (row0 + i * kAmxTileRows) * n;
+    for (int64_t r = first; r < end; ++r) {
+      const int64_t at = r / kAmxTileRows * 2, offset = r % kAmxTileRows * kAmxPanelCols;  // sums of row tile r / 16
+      Out* y_row = y + (row0 + r) * n;
       if (gated) {  // the item is one gate panel and its up panel
-        store_gated_tile(sums[2 * i], sums[2 * i + 1], tile_rows, bias, item * kAmxPanelCols, n, y_rows);
+        store_gated_row(sums[at] + offset, sums[at + 1] + offset, bias, item * kAmxPanelCols, n, y_row);
         continue;
       }
       for (int64_t j = 0; j < item_panels; ++j)
-        store_tile(sums[2 * i + j], tile_rows, bias, (panel0 + j) * kAmxPanelCols, n, y_rows);
+        store_sums_row(sums[at + j] + offset, bias, (panel0 + j) * kAmxPanelCols, n, y_row);
     }
   });
 }
@@ -259,11 +288,11 @@ void amx_greedy_into(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels
                      int64_t* argmax, float* logprob) {
   const int64_t num_panels = amx_panels(n, false), num_workers = workers_for((num_panels + 1) / 2);  // as amx_multiply
   std::vector<LaneBest> workers(num_workers * m);  // per worker, per row
-  amx_multiply(x, m, k, panels, num_panels, [&](const Sums& sums, int64_t row0, int64_t rows, int64_t item,
-                                                int64_t worker) {
+  amx_multiply(x, m, k, panels, num_panels, [&](const Sums& sums, int64_t row0, int64_t item, int64_t worker,
+                                                int64_t first, int64_t end) {
     LaneBest* mine = workers.data() + worker * m + row0;
     for (int64_t j = 0; j < 2 && 2 * item + j < num_panels; ++j)
-      for (int64_t r = 0; r < rows; ++r)
+      for (int64_t r = first; r < end; ++r)
         mine[r].add(sums[2 * (r / kAmxTileRows) + j] + r % kAmxTileRows * kAmxPanelCols, bias,
                     (2 * item + j) * kAmxPanelCols, n);
   });
