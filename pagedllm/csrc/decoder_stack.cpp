@@ -66,7 +66,12 @@ void DecoderStack::add_layer(torch::Tensor input_norm, torch::Tensor post_norm, 
                     (!m->amx || dtype == torch::kBFloat16) &&
                     (!m->bias || (m->bias->scalar_type() == dtype && m->bias->is_contiguous())),
                 "a projection's packed weight and bias must be contiguous and of the norms' dtype");
-  TORCH_CHECK(layers_.empty() || dtype == layers_[0].input_norm.scalar_type(), "every layer must share one dtype");
+  if (!layers_.empty()) {  // forward sizes its buffers by the first layer
+    const StackLayer& first = layers_[0];
+    TORCH_CHECK(dtype == first.input_norm.scalar_type() && hidden == first.input_norm.numel() &&
+                    gate_up.gated == first.gate_up.gated && gate_up.out_features == first.gate_up.out_features,
+                "every layer must share one dtype and the first layer's sizes");
+  }
   layers_.push_back({std::move(input_norm), std::move(post_norm), std::move(qkv), std::move(out),
                      std::move(gate_up), std::move(down)});
 }

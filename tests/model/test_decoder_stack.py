@@ -128,3 +128,25 @@ def test_stack_checks_its_inputs_once_for_every_layer(model_dir) -> None:
         call(hidden=hidden.double())
     assert all(torch.equal(a, b) for a, b in zip(runner.kv_caches, before, strict=True))
     call()  # and the step itself runs
+
+
+def test_stack_refuses_layers_whose_sizes_differ_from_the_first() -> None:
+    """forward sizes its buffers by the first layer: a layer with another MLP width is refused as it is added."""
+    from pagedllm.kernels import load_cpu_kernels
+
+    kernels = load_cpu_kernels()
+    hidden, heads, kv_heads, head_dim = 32, 2, 1, 16
+
+    def matmul(out: int, features: int, gated: bool = False):
+        panels = kernels.pack_linear(torch.randn(out, features), gated)
+        return kernels.StackMatmul(panels, None, out // 2 if gated else out, amx=False, gated=gated)
+
+    def add_layer(stack, intermediate: int) -> None:
+        norm = torch.ones(hidden)
+        stack.add_layer(norm, norm, matmul((heads + 2 * kv_heads) * head_dim, hidden), matmul(hidden, heads * head_dim),
+                        matmul(2 * intermediate, hidden, gated=True), matmul(hidden, intermediate))  # fmt: skip
+
+    stack = kernels.DecoderStack(heads, kv_heads, head_dim, 1e-5, head_dim**-0.5)
+    add_layer(stack, 64)
+    with pytest.raises(RuntimeError, match="first layer's sizes"):
+        add_layer(stack, 96)
