@@ -86,8 +86,9 @@ def to_device(host: torch.Tensor, device: torch.device, what: str) -> torch.Tens
 
 def to_device_packed(parts: list[torch.Tensor], device: torch.device, what: str) -> list[torch.Tensor]:
     """Several 1-D host tensors of one dtype to the device in one copy (to_device), as views that each
-    start 16 bytes aligned (on the CPU, where nothing is copied, the tensors themselves when they are). Triton compiles a kernel once per alignment of its pointer arguments, so views
-    at arbitrary offsets would make new combinations, and new compiles, in the middle of a run."""
+    start 16 bytes aligned (on the CPU, where nothing is copied, the tensors themselves when they are).
+    Triton compiles a kernel once per alignment of its pointer arguments, so views at arbitrary offsets would
+    make new combinations, and new compiles, in the middle of a run."""
     per_line = max(1, 16 // parts[0].element_size())
     padded = [-(-p.numel() // per_line) * per_line for p in parts]
     if device.type == "cpu" and all(p.is_contiguous() and p.data_ptr() % 16 == 0 for p in parts):
