@@ -61,6 +61,7 @@ namespace {
 // intrinsics take literal tile numbers.
 constexpr int64_t kItemRows = 2 * kAmxTileRows;  // rows of x per pass over an item's two panels
 constexpr int64_t kPrefetchSteps = 4;             // how far ahead a first pass requests its weight tiles
+constexpr int64_t kRowBlockBytes = 384 * 1024;    // most bytes of x rows per block of a large batch
 
 // The weight tiles of step `ahead` of an item (past its last step: of the next item, which follows it) into L1.
 template <int kPanels>
@@ -169,14 +170,16 @@ struct Pass {
 
 }  // namespace
 
-// x [m, k] times the num_panels panels of a packed weight, item (pair of panels) by item, 32 rows at a time: the
-// tiles of sums of each pass go to store(sums, row0, item, worker, first, end) on the thread that made them,
-// sums[2 i + j] holding row tile i (rows row0 + 16 i ..) of the item's panel j, for the pass's rows [first, end);
-// worker: that thread's index among the call's. A pass's rows are stored a slice per tile step of the thread's next
-// pass, so that their vector work (bias, rounding, an activation, an LM head's softmax sums) runs while that pass's
-// weight tiles stream in rather than between two streams.
+// Rows [row_begin, row_begin + m) of x times the num_panels panels of a packed weight, item (pair of panels) by
+// item, 32 rows at a time: the tiles of sums of each pass go to store(sums, row0, item, worker, first, end) on the
+// thread that made them, sums[2 i + j] holding row tile i (rows row0 + 16 i ..) of the item's panel j, for the
+// pass's rows [first, end); worker: that thread's index among the call's. A pass's rows are stored a slice per tile
+// step of the thread's next pass, so that their vector work (bias, rounding, an activation, an LM head's softmax
+// sums) runs while that pass's weight tiles stream in rather than between two streams.
 template <typename Store>
-void amx_multiply(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, int64_t num_panels, const Store& store) {
+void multiply_rows(const bf16_t* x, int64_t row_begin, int64_t m, int64_t k, const bf16_t* panels,
+                   int64_t num_panels, const Store& store) {
+  x += row_begin * k;
   // tile loads read 16 rows (m of them below 16): a last partial row tile of a larger batch is read from a copy
   // of its rows padded with zero rows (copying all of x into a padded buffer instead cost 10-15 us a call at
   // 33-63 rows)
@@ -210,7 +213,7 @@ void amx_multiply(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, i
         auto store_slice = [&](int64_t s) {  // the waiting pass's rows up to step s's share of them
           const int64_t end = waiting.rows * (s + 1) / steps;
           if (waiting.item < 0 || end <= stored) return;
-          store(sums[current ^ 1], waiting.row0, waiting.item, worker, stored, end);
+          store(sums[current ^ 1], row_begin + waiting.row0, waiting.item, worker, stored, end);
           stored = end;
         };
         multiply_item(row_tiles, item_panels, row_tile(row0), row_tile(row0 + kAmxTileRows), x_stride, steps,
@@ -219,9 +222,20 @@ void amx_multiply(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, i
         current ^= 1;
       }
     }
-    if (waiting.item >= 0) store(sums[current ^ 1], waiting.row0, waiting.item, worker, 0, waiting.rows);
+    if (waiting.item >= 0) store(sums[current ^ 1], row_begin + waiting.row0, waiting.item, worker, 0, waiting.rows);
     _tile_release();
   });
+}
+
+// x [m, k] times a packed weight (multiply_rows) in blocks of rows that stay in the L2 while every item's panels
+// pass over them: a thread reads all of a block's rows again for each of its items, so a prompt step's 2048 rows,
+// read whole, came from memory once per item (1.7 TFLOP/s on a Xeon's two cores, against 2.7-3.5 in blocks of
+// 384 KB: docs/models.md). Decode steps' few rows are one block.
+template <typename Store>
+void amx_multiply(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, int64_t num_panels, const Store& store) {
+  const int64_t block = std::max<int64_t>(kItemRows, kRowBlockBytes / (k * 2) / kItemRows * kItemRows);
+  for (int64_t row0 = 0; row0 < m; row0 += block)
+    multiply_rows(x, row0, std::min(block, m - row0), k, panels, num_panels, store);
 }
 
 template <typename Out>

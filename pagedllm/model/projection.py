@@ -7,9 +7,9 @@
   batches (docs/models.md). bfloat16 multiplies with vdpbf16ps or with the weights widened to float32 FMAs,
   whichever a first timing on this CPU finds faster (`describe_matmul` says which).
 - bfloat16 on a CPU with AMX: pagedllm's AMX matmul (pagedllm/csrc/amx_linear.cpp) over the weight packed
-  into tiles, for batches of up to AMX_OWN_MAX_ROWS rows, and oneDNN's matmul (on AMX too) over a second
-  packing for larger ones: 1.4-2.9x the AVX512-BF16 matmul at 8-64 rows, about 5x on prefill-sized
-  batches (docs/models.md). An MLP's gate/up is packed gated there too (silu(gate) * up as the AMX matmul stores).
+  into tiles, for batches of up to AMX_OWN_MAX_ROWS rows (decode steps and prompt chunks), and oneDNN's
+  matmul (on AMX too) over a second packing for larger ones: 1.4-2.9x the AVX512-BF16 matmul at 8-64 rows,
+  about 5x on prefill-sized batches (docs/models.md). An MLP's gate/up is packed gated there too (silu(gate) * up as the AMX matmul stores).
 - Otherwise oneDNN, the weight reordered into the blocked layout its matmul reads (`_reorder_linear_weight`).
   A weight merely converted to oneDNN's plain layout (`to_mkldnn`) is reordered again on every call: at 32
   rows that measured 133 against 170 GFLOP/s in float32 and 228 against 310 in bfloat16.
@@ -31,9 +31,11 @@ import torch.nn.functional as F
 from pagedllm.kernels import load_cpu_kernels
 from pagedllm.model.dtype import has_native_bf16
 
-# Rows up to which pagedllm's AMX matmul runs a bfloat16 batch; oneDNN's (on AMX too) runs larger ones
-# (measured: docs/models.md).
-AMX_OWN_MAX_ROWS = 128
+# Rows up to which pagedllm's AMX matmul runs a bfloat16 batch; oneDNN's (on AMX too) runs larger ones. On a
+# 2-core Xeon oneDNN ran some of the default model's matmuls on one thread below about 1400 rows (the MLP's down
+# projection at 256-1280), so a layer's four took 1.2-1.5x as long as on the AMX matmul there; at 2048 rows
+# oneDNN's were 3-7% faster in whole runs (docs/models.md).
+AMX_OWN_MAX_ROWS = 1280
 
 
 Activation = Callable[[torch.Tensor], torch.Tensor]  # [T, 2 I] -> [T, I]: silu(gate) * up

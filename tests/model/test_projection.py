@@ -365,3 +365,22 @@ def test_the_startup_log_names_the_matmul(monkeypatch: pytest.MonkeyPatch):
             assert describe_matmul(torch.bfloat16, cpu).startswith("pagedllm's, vdpbf16ps")
     monkeypatch.setattr(projection, "linear_kernels", lambda dtype: None)
     assert describe_matmul(torch.float32, cpu) == "oneDNN (prepacked)"
+
+
+@needs_amx
+@pytest.mark.parametrize("gated", [False, True])
+def test_amx_linear_rows_in_blocks_equal_each_row_alone(gated):
+    """A batch larger than one block of rows (kRowBlockBytes of x: 128 rows of 1536 inputs) is multiplied block by
+    block, a partial row tile last; every row's sums are made in the same order as for that row alone."""
+    kernels = amx_matmul_kernels()
+    torch.manual_seed(7)
+    x = torch.randn(300, 1536, dtype=torch.bfloat16)
+    weight = (torch.randn(80, 1536) / 40).to(torch.bfloat16)
+    bias = torch.randn(80, dtype=torch.bfloat16)
+    tiles = kernels.pack_amx_linear(weight, gated=gated)
+    out_features = 40 if gated else 80
+    got = kernels.amx_linear(x, tiles, bias, out_features, gated=gated)
+    alone = torch.cat([kernels.amx_linear(x[r : r + 1], tiles, bias, out_features, gated=gated) for r in range(300)])
+    assert torch.equal(got, alone)
+    if not gated:
+        torch.testing.assert_close(got.float(), F.linear(x.float(), weight.float(), bias.float()), rtol=2**-7, atol=2e-2)
