@@ -148,10 +148,11 @@ def onednn_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | No
 
 
 class AmxWeight:
-    """A bfloat16 weight on a CPU with AMX, packed twice: into AMX tiles for pagedllm's matmul (batches of up to
-    AMX_OWN_MAX_ROWS rows, weights streamed from memory) and into oneDNN's layout for larger batches. Gated (an
-    MLP's [gate; up] weight): the AMX matmul applies silu(gate) * up as it stores; oneDNN's output gets the
-    caller's activation."""
+    """A bfloat16 weight on a CPU with AMX, packed into AMX tiles for pagedllm's matmul (batches of up to
+    AMX_OWN_MAX_ROWS rows) and into oneDNN's layout for larger batches. Gated (an MLP's [gate; up] weight): the
+    AMX matmul runs every batch, applying silu(gate) * up as it stores, and there is no oneDNN copy: oneDNN's
+    faster tiles at prompt-sized batches did not make up for writing [T, 2 I] and reading it back for the
+    activation (2048-row prompt steps 7% slower: docs/models.md)."""
 
     def __init__(
         self, weight: torch.Tensor, bias: torch.Tensor | None, kernels: ModuleType, gated: bool = False
@@ -159,13 +160,12 @@ class AmxWeight:
         self.out_features = weight.shape[0] // 2 if gated else weight.shape[0]
         self.bias, self.gated, self._kernels = bias, gated, kernels
         self._tiles = kernels.pack_amx_linear(weight.detach().contiguous(), gated=gated)
-        self._onednn = packed_weight(weight)
+        self._onednn = None if gated else packed_weight(weight)
 
-    def __call__(self, x: torch.Tensor, activation: Activation | None = None) -> torch.Tensor:
-        """x [T, in] -> [T, out]; gated: [T, I], activation([T, 2 I]) where oneDNN runs the batch."""
-        if x.shape[0] > AMX_OWN_MAX_ROWS:
-            y = onednn_linear(x, self._onednn, self.bias)
-            return activation(y) if self.gated else y
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x [T, in] -> [T, out]; gated: silu(gate) * up, [T, I]."""
+        if self._onednn is not None and x.shape[0] > AMX_OWN_MAX_ROWS:
+            return onednn_linear(x, self._onednn, self.bias)
         return self._kernels.amx_linear(x.contiguous(), self._tiles, self.bias, self.out_features, gated=self.gated)
 
     def float_outputs(self, x: torch.Tensor) -> torch.Tensor:
@@ -182,7 +182,8 @@ class AmxWeight:
         return self._kernels.amx_greedy_head(x.contiguous(), self._tiles, self.bias, self.out_features)
 
     def stack_matmul(self) -> object:
-        """Its AMX matmul as a kernels.StackMatmul: a stack runs it only for batches of up to AMX_OWN_MAX_ROWS."""
+        """Its AMX matmul as a kernels.StackMatmul: a stack runs it only for batches of up to AMX_OWN_MAX_ROWS (where
+        every projection of a layer runs on it)."""
         return self._kernels.StackMatmul(self._tiles, self.bias, self.out_features, amx=True, gated=self.gated)
 
 
@@ -203,9 +204,8 @@ def amx_kernels(weight: torch.Tensor, pack: bool) -> ModuleType | None:
 
 class GatedProjection:
     """x [T, in] -> activation(x [gate; up]ᵀ + bias) [T, I], for a fused weight [2 I, in] (gate rows, then up
-    rows). Where one of pagedllm's matmuls runs the weight (its AMX matmul up to AMX_OWN_MAX_ROWS rows), the
-    activation is silu(gate) * up, computed as the matmul stores its outputs; elsewhere the caller's activation
-    is applied to the output of a Projection."""
+    rows). Where one of pagedllm's matmuls runs the weight, the activation is silu(gate) * up, computed as the
+    matmul stores its outputs; elsewhere the caller's activation is applied to the output of a Projection."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, pack: bool) -> None:
         self.intermediate = weight.shape[0] // 2
@@ -229,13 +229,13 @@ class GatedProjection:
 
     @property
     def fused(self) -> bool:
-        """Whether a matmul of pagedllm's applies the activation (on AMX: for batches of up to AMX_OWN_MAX_ROWS)."""
+        """Whether a matmul of pagedllm's applies the activation."""
         return self._kernels is not None or self._amx is not None
 
     def __call__(self, x: torch.Tensor, activation: Activation) -> torch.Tensor:
         """activation: [T, 2 I] -> [T, I], silu(gate) * up; used only where the matmul does not fuse it."""
         if self._amx is not None:
-            return self._amx(x, activation)
+            return self._amx(x)
         if self._kernels is not None:
             return self._kernels.linear(x.contiguous(), self._packed, self.bias, self.intermediate, gated=True)
         return activation(self._projection(x))
