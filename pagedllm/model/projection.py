@@ -9,7 +9,8 @@
 - bfloat16 on a CPU with AMX: pagedllm's AMX matmul (pagedllm/csrc/amx_linear.cpp) over the weight packed
   into tiles, for batches of up to AMX_OWN_MAX_ROWS rows (decode steps and prompt chunks), and oneDNN's
   matmul (on AMX too) over a second packing for larger ones: 1.4-2.9x the AVX512-BF16 matmul at 8-64 rows,
-  about 5x on prefill-sized batches (docs/models.md). An MLP's gate/up is packed gated there too (silu(gate) * up as the AMX matmul stores).
+  about 5x on prefill-sized batches (docs/models.md). An MLP's gate/up is packed gated there too (silu(gate) * up
+  as the AMX matmul stores), and runs on the AMX matmul at every batch size.
 - Otherwise oneDNN, the weight reordered into the blocked layout its matmul reads (`_reorder_linear_weight`).
   A weight merely converted to oneDNN's plain layout (`to_mkldnn`) is reordered again on every call: at 32
   rows that measured 133 against 170 GFLOP/s in float32 and 228 against 310 in bfloat16.

@@ -382,4 +382,5 @@ def test_amx_linear_rows_in_blocks_equal_each_row_alone(gated):
     alone = torch.cat([kernels.amx_linear(x[r : r + 1], tiles, bias, out_features, gated=gated) for r in range(300)])
     assert torch.equal(got, alone)
     if not gated:
-        torch.testing.assert_close(got.float(), F.linear(x.float(), weight.float(), bias.float()), rtol=2**-7, atol=2e-2)
+        expected = F.linear(x.float(), weight.float(), bias.float())
+        torch.testing.assert_close(got.float(), expected, rtol=2**-7, atol=2e-2)
