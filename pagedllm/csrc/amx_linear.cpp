@@ -229,8 +229,8 @@ void multiply_rows(const bf16_t* x, int64_t row_begin, int64_t m, int64_t k, con
 
 // x [m, k] times a packed weight (multiply_rows) in blocks of rows that stay in the L2 while every item's panels
 // pass over them: a thread reads all of a block's rows again for each of its items, so a prompt step's 2048 rows,
-// read whole, came from memory once per item (1.7 TFLOP/s on a Xeon's two cores, against 2.7-3.5 in blocks of
-// 384 KB: docs/models.md). Decode steps' few rows are one block.
+// read whole, came from beyond the L2 once per item (1.6-1.7 TFLOP/s on a Xeon's two cores, against 2.7-3.5 in
+// blocks of 384 KB: docs/models.md). Decode steps' few rows are one block.
 template <typename Store>
 void amx_multiply(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, int64_t num_panels, const Store& store) {
   const int64_t block = std::max<int64_t>(kItemRows, kRowBlockBytes / (k * 2) / kItemRows * kItemRows);
