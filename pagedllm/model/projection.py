@@ -96,7 +96,8 @@ def describe_matmul(dtype: torch.dtype, device: torch.device) -> str:
     if dtype != torch.bfloat16:
         return "pagedllm's"
     if amx_matmul_kernels() is not None:
-        return f"pagedllm's on AMX tiles up to {AMX_OWN_MAX_ROWS} rows, oneDNN's (AMX) above"
+        return (f"pagedllm's on AMX tiles up to {AMX_OWN_MAX_ROWS} rows (the MLP's gate/up at every size), "
+                "oneDNN's (AMX) above")
     return f"pagedllm's, {BF16_PATH_DESCRIPTIONS[kernels.bf16_matmul_path()]}"
 
 
