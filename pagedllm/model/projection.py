@@ -33,9 +33,9 @@ from pagedllm.kernels import load_cpu_kernels
 from pagedllm.model.dtype import has_native_bf16
 
 # Rows up to which pagedllm's AMX matmul runs a bfloat16 batch; oneDNN's (on AMX too) runs larger ones. On a
-# 2-core Xeon oneDNN ran some of the default model's matmuls on one thread below about 1400 rows (the MLP's down
-# projection at 256-1280), so a layer's four took 1.2-1.5x as long as on the AMX matmul there; at 2048 rows
-# oneDNN's were 3-7% faster in whole runs (docs/models.md).
+# 2-core Xeon oneDNN ran some of the default model's matmuls at its one-thread rate below about 1400 rows (the
+# MLP's down projection at 256-1280), so a layer's four took 1.2-1.5x as long as on the AMX matmul there; at
+# 2048 rows oneDNN's were 3-7% faster in whole runs (docs/models.md).
 AMX_OWN_MAX_ROWS = 1280
 
 
