@@ -20,6 +20,7 @@
 #include <limits>
 #include <vector>
 
+#include "amx_q4.h"
 #include "amx_tiles.h"
 #include "parallel.h"
 
@@ -29,22 +30,17 @@ int64_t amx_panels(int64_t n, bool gated) {
   return gated ? 2 * ((n / 2 + kAmxPanelCols - 1) / kAmxPanelCols) : (n + kAmxPanelCols - 1) / kAmxPanelCols;
 }
 
-namespace {
-
-// The weight row that column j of panel p holds, or -1 for a zero column past the weight's rows.
-int64_t amx_source_row(int64_t p, int64_t j, int64_t n, bool gated) {
+int64_t amx_panel_row(int64_t p, int64_t j, int64_t n, bool gated) {
   if (!gated) return p * kAmxPanelCols + j < n ? p * kAmxPanelCols + j : -1;
   const int64_t outputs = n / 2, output = p / 2 * kAmxPanelCols + j;
   return output < outputs ? output + (p % 2) * outputs : -1;  // gate panel, then the up panel of its outputs
 }
 
-}  // namespace
-
 void pack_amx_weight(const bf16_t* w, int64_t n, int64_t k, bool gated, bf16_t* panels) {
   const int64_t steps = k / kAmxDepth, panel_size = steps * kAmxDepth * kAmxPanelCols;
   for (int64_t p = 0; p < amx_panels(n, gated); ++p)
     for (int64_t j = 0; j < kAmxPanelCols; ++j) {
-      const int64_t row = amx_source_row(p, j, n, gated);
+      const int64_t row = amx_panel_row(p, j, n, gated);
       for (int64_t s = 0; s < steps; ++s)
         for (int64_t r = 0; r < kAmxDepth / 2; ++r)
           for (int64_t t = 0; t < 2; ++t)
@@ -62,6 +58,8 @@ namespace {
 constexpr int64_t kItemRows = 2 * kAmxTileRows;  // rows of x per pass over an item's two panels
 constexpr int64_t kPrefetchSteps = 4;             // how far ahead a first pass requests its weight tiles
 constexpr int64_t kRowBlockBytes = 384 * 1024;    // most bytes of x rows per block of a large batch
+constexpr int64_t kQ4Ahead = 8;                    // how far ahead a pass expanding 4-bit tiles requests them
+constexpr int64_t kQ4MaxRows = 128;                // most rows of a batch that reads a weight's 4-bit form
 
 // The weight tiles of step `ahead` of an item (past its last step: of the next item, which follows it) into L1.
 template <int kPanels>
@@ -117,18 +115,57 @@ void store_gated_row(const float* gate, const float* up, const bf16_t* bias, int
 
 using Sums = float[4][kAmxTileRows * kAmxPanelCols];
 
-// kRows row tiles of x (the first at x0, the second at x1, rows x_stride bytes apart) times kPanels panels (from
-// panel, panel_bytes apart) into sums; `prefetch`: requesting the weight tiles kPrefetchSteps steps ahead;
-// during(s) after step s's products are issued (vector work that overlaps the tile loads).
+// Where a pass finds an item's weight tiles: `panel`, its first panel (the next panel_bytes on), in the bfloat16
+// panels or in the thread's buffer. A first pass over the item either requests the panels' tiles ahead
+// (`prefetch`) or, where `q4` is set (the item's first panel of pack_amx_q4's form, the next q4_panel_bytes on),
+// expands them into the buffer two steps ahead of their products, so that the stores are done when the tile loads
+// read them back.
+struct ItemWeights {
+  const char* panel;
+  int64_t panel_bytes;
+  bool prefetch = false;
+  const uint8_t* q4 = nullptr;
+  int64_t q4_panel_bytes = 0;
+
+  template <int kPanels>
+  void expand(int64_t s) const {
+    for (int64_t j = 0; j < kPanels; ++j)
+      expand_q4_tile(q4 + j * q4_panel_bytes + s * kQ4TileBytes,
+                     reinterpret_cast<bf16_t*>(const_cast<char*>(panel) + j * panel_bytes + s * kAmxTileBytes));
+  }
+
+  // Before step s's products: its tiles in place, and the requests for the tiles to come.
+  template <int kPanels>
+  void prepare(int64_t s, int64_t steps) const {
+    if (q4 != nullptr) {
+      if (s == 0) expand<kPanels>(0);
+      if (s == 0 && steps > 1) expand<kPanels>(1);
+      if (s + 2 < steps) expand<kPanels>(s + 2);
+      const int64_t ahead = s + kQ4Ahead;  // past the item's last step: the next item, which follows it
+      const uint8_t* tile = q4 + (ahead < steps ? ahead : ahead + steps) * kQ4TileBytes;
+      for (int64_t line = 0; line < kQ4TileBytes; line += 64) {
+        _mm_prefetch(tile + line, _MM_HINT_T0);
+        if constexpr (kPanels > 1) _mm_prefetch(tile + q4_panel_bytes + line, _MM_HINT_T0);
+      }
+    } else if (prefetch) {
+      prefetch_weights<kPanels>(panel, panel_bytes, steps, s + kPrefetchSteps);
+    }
+  }
+};
+
+// kRows row tiles of x (the first at x0, the second at x1, rows x_stride bytes apart) times kPanels panels of w
+// into sums; during(s) after step s's products are issued (vector work that overlaps the tile loads).
 template <int kRows, int kPanels, typename During>
-void multiply_tiles(const char* x0, const char* x1, int64_t x_stride, int64_t steps, const char* panel,
-                    int64_t panel_bytes, Sums& sums, bool prefetch, const During& during) {
+void multiply_tiles(const char* x0, const char* x1, int64_t x_stride, int64_t steps, const ItemWeights& w, Sums& sums,
+                    const During& during) {
+  const char* panel = w.panel;
+  const int64_t panel_bytes = w.panel_bytes;
   _tile_zero(0);
   if constexpr (kPanels > 1) _tile_zero(1);
   if constexpr (kRows > 1) _tile_zero(2);
   if constexpr (kRows > 1 && kPanels > 1) _tile_zero(3);
   for (int64_t s = 0; s < steps; ++s) {
-    if (prefetch) prefetch_weights<kPanels>(panel, panel_bytes, steps, s + kPrefetchSteps);
+    w.prepare<kPanels>(s, steps);
     _tile_loadd(4, x0 + s * kAmxDepth * 2, x_stride);
     _tile_loadd(6, panel + s * kAmxTileBytes, 64);
     _tile_dpbf16ps(0, 4, 6);
@@ -151,16 +188,23 @@ void multiply_tiles(const char* x0, const char* x1, int64_t x_stride, int64_t st
 
 template <typename During>
 void multiply_item(int64_t row_tiles, int64_t item_panels, const char* x0, const char* x1, int64_t x_stride,
-                   int64_t steps, const char* panel, int64_t panel_bytes, Sums& sums, bool prefetch,
-                   const During& during) {
+                   int64_t steps, const ItemWeights& w, Sums& sums, const During& during) {
   if (row_tiles == 1 && item_panels == 1)
-    multiply_tiles<1, 1>(x0, x1, x_stride, steps, panel, panel_bytes, sums, prefetch, during);
+    multiply_tiles<1, 1>(x0, x1, x_stride, steps, w, sums, during);
   else if (row_tiles == 1)
-    multiply_tiles<1, 2>(x0, x1, x_stride, steps, panel, panel_bytes, sums, prefetch, during);
+    multiply_tiles<1, 2>(x0, x1, x_stride, steps, w, sums, during);
   else if (item_panels == 1)
-    multiply_tiles<2, 1>(x0, x1, x_stride, steps, panel, panel_bytes, sums, prefetch, during);
+    multiply_tiles<2, 1>(x0, x1, x_stride, steps, w, sums, during);
   else
-    multiply_tiles<2, 2>(x0, x1, x_stride, steps, panel, panel_bytes, sums, prefetch, during);
+    multiply_tiles<2, 2>(x0, x1, x_stride, steps, w, sums, during);
+}
+
+// A thread's buffer for the bfloat16 tiles of one item expanded from 4 bits: two panels of `steps` tiles.
+char* expansion_buffer(int64_t steps) {
+  thread_local std::vector<char> buffer;
+  const size_t bytes = 2 * steps * kAmxTileBytes + 64;
+  if (buffer.size() < bytes) buffer.resize(bytes);
+  return reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(buffer.data()) + 63) & ~uintptr_t{63});
 }
 
 // A pass of 32 rows or fewer over one item whose sums wait for their store.
@@ -177,7 +221,7 @@ struct Pass {
 // step of the thread's next pass, so that their vector work (bias, rounding, an activation, an LM head's softmax
 // sums) runs while that pass's weight tiles stream in rather than between two streams.
 template <typename Store>
-void multiply_rows(const bf16_t* x, int64_t row_begin, int64_t m, int64_t k, const bf16_t* panels,
+void multiply_rows(const bf16_t* x, int64_t row_begin, int64_t m, int64_t k, const bf16_t* panels, const uint8_t* q4,
                    int64_t num_panels, const Store& store) {
   x += row_begin * k;
   // tile loads read 16 rows (m of them below 16): a last partial row tile of a larger batch is read from a copy
@@ -200,14 +244,19 @@ void multiply_rows(const bf16_t* x, int64_t row_begin, int64_t m, int64_t k, con
   // one tile shape for the whole call: 16 rows (whole tiles, a partial last one padded), or all of them below 16
   // (sums and x tiles 0-5; the weight tiles 6-7 always have 16 full rows)
   const TileConfig config = tile_config(static_cast<int>(std::min<int64_t>(m, kAmxTileRows)), 6);
+  const int64_t q4_panel_bytes = steps * kQ4TileBytes;
   on_runs(num_items, [&](const auto& take, int64_t worker) {
     _tile_loadconfig(&config);  // the tile shapes are per thread
     alignas(64) Sums sums[2];  // the pass being multiplied, and the one being stored
     Pass waiting;
     int current = 0;
+    char* expanded = q4 != nullptr ? expansion_buffer(steps) : nullptr;
     for (int64_t item = take(); item >= 0; item = take()) {
       const int64_t panel0 = 2 * item, item_panels = std::min<int64_t>(2, num_panels - panel0);
       for (int64_t row0 = 0; row0 < m; row0 += kItemRows) {
+        ItemWeights w{base + panel0 * panel_bytes, panel_bytes, row0 == 0};
+        if (q4 != nullptr) w = {expanded, panel_bytes, false, row0 == 0 ? q4 + panel0 * q4_panel_bytes : nullptr,
+                                q4_panel_bytes};
         const int64_t rows = std::min(kItemRows, m - row0), row_tiles = (rows + kAmxTileRows - 1) / kAmxTileRows;
         int64_t stored = 0;
         auto store_slice = [&](int64_t s) {  // the waiting pass's rows up to step s's share of them
@@ -216,8 +265,8 @@ void multiply_rows(const bf16_t* x, int64_t row_begin, int64_t m, int64_t k, con
           store(sums[current ^ 1], row_begin + waiting.row0, waiting.item, worker, stored, end);
           stored = end;
         };
-        multiply_item(row_tiles, item_panels, row_tile(row0), row_tile(row0 + kAmxTileRows), x_stride, steps,
-                      base + panel0 * panel_bytes, panel_bytes, sums[current], row0 == 0, store_slice);
+        multiply_item(row_tiles, item_panels, row_tile(row0), row_tile(row0 + kAmxTileRows), x_stride, steps, w,
+                      sums[current], store_slice);
         waiting = {item, row0, rows};
         current ^= 1;
       }
@@ -230,20 +279,24 @@ void multiply_rows(const bf16_t* x, int64_t row_begin, int64_t m, int64_t k, con
 // x [m, k] times a packed weight (multiply_rows) in blocks of rows that stay in the L2 while every item's panels
 // pass over them: a thread reads all of a block's rows again for each of its items, so a prompt step's 2048 rows,
 // read whole, came from beyond the L2 once per item (1.6-1.7 TFLOP/s on a Xeon's two cores, against 2.7-3.5 in
-// blocks of 384 KB: docs/models.md). Decode steps' few rows are one block.
+// blocks of 384 KB: docs/models.md). Decode steps' few rows are one block. q4 (the same weight in pack_amx_q4's
+// form, or null) is read instead of the panels for batches of up to kQ4MaxRows rows, whose time goes to streaming
+// the weights rather than multiplying them.
 template <typename Store>
-void amx_multiply(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, int64_t num_panels, const Store& store) {
+void amx_multiply(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const uint8_t* q4, int64_t num_panels,
+                  const Store& store) {
   const int64_t block = std::max<int64_t>(kItemRows, kRowBlockBytes / (k * 2) / kItemRows * kItemRows);
+  const uint8_t* expand_from = m <= kQ4MaxRows ? q4 : nullptr;
   for (int64_t row0 = 0; row0 < m; row0 += block)
-    multiply_rows(x, row0, std::min(block, m - row0), k, panels, num_panels, store);
+    multiply_rows(x, row0, std::min(block, m - row0), k, panels, expand_from, num_panels, store);
 }
 
 template <typename Out>
-void amx_linear_into(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n,
-                     bool gated, Out* y) {
+void amx_linear_into(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const uint8_t* q4,
+                     const bf16_t* bias, int64_t n, bool gated, Out* y) {
   const int64_t num_panels = amx_panels(gated ? 2 * n : n, gated);
-  amx_multiply(x, m, k, panels, num_panels, [&](const Sums& sums, int64_t row0, int64_t item, int64_t, int64_t first,
-                                                int64_t end) {
+  amx_multiply(x, m, k, panels, q4, num_panels, [&](const Sums& sums, int64_t row0, int64_t item, int64_t,
+                                                    int64_t first, int64_t end) {
     const int64_t panel0 = 2 * item, item_panels = std::min<int64_t>(2, num_panels - panel0);
     for (int64_t r = first; r < end; ++r) {
       const int64_t at = r / kAmxTileRows * 2, offset = r % kAmxTileRows * kAmxPanelCols;  // sums of row tile r / 16
@@ -302,7 +355,7 @@ void amx_greedy_into(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels
                      int64_t* argmax, float* logprob) {
   const int64_t num_panels = amx_panels(n, false), num_workers = workers_for((num_panels + 1) / 2);  // as amx_multiply
   std::vector<LaneBest> workers(num_workers * m);  // per worker, per row
-  amx_multiply(x, m, k, panels, num_panels, [&](const Sums& sums, int64_t row0, int64_t item, int64_t worker,
+  amx_multiply(x, m, k, panels, nullptr, num_panels, [&](const Sums& sums, int64_t row0, int64_t item, int64_t worker,
                                                 int64_t first, int64_t end) {
     LaneBest* mine = workers.data() + worker * m + row0;
     for (int64_t j = 0; j < 2 && 2 * item + j < num_panels; ++j)
@@ -316,19 +369,19 @@ void amx_greedy_into(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels
 #else
 
 template <typename Out>
-void amx_linear_into(const bf16_t*, int64_t, int64_t, const bf16_t*, const bf16_t*, int64_t, bool, Out*) {}
+void amx_linear_into(const bf16_t*, int64_t, int64_t, const bf16_t*, const uint8_t*, const bf16_t*, int64_t, bool, Out*) {}
 void amx_greedy_into(const bf16_t*, int64_t, int64_t, const bf16_t*, const bf16_t*, int64_t, int64_t*, float*) {}
 
 #endif
 
-void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n, bool gated,
-                bf16_t* y) {
-  amx_linear_into(x, m, k, panels, bias, n, gated, y);
+void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const uint8_t* q4, const bf16_t* bias,
+                int64_t n, bool gated, bf16_t* y) {
+  amx_linear_into(x, m, k, panels, q4, bias, n, gated, y);
 }
 
-void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n, bool gated,
-                float* y) {
-  amx_linear_into(x, m, k, panels, bias, n, gated, y);
+void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const uint8_t* q4, const bf16_t* bias,
+                int64_t n, bool gated, float* y) {
+  amx_linear_into(x, m, k, panels, q4, bias, n, gated, y);
 }
 
 void amx_greedy_head(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n,

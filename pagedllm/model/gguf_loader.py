@@ -9,6 +9,7 @@ import torch
 
 from pagedllm.errors import ModelLoadError
 from pagedllm.model.config import ModelConfig, config_from_gguf_metadata
+from pagedllm.model.q4_blocks import Q4Blocks
 
 # GGUF tensor name -> HF name; "{n}" is the layer index.
 _GLOBAL_NAMES = {
@@ -65,19 +66,32 @@ def unpermute_qk(rows: np.ndarray, num_heads: int) -> np.ndarray:
 
 
 def read_gguf(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    config, state_dict, _ = read_gguf_with_blocks(path)
+    return config, state_dict
+
+
+def read_gguf_with_blocks(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], dict[str, Q4Blocks]]:
+    """read_gguf, and the Q4_1 blocks of every weight stored that way (HF names, rows in HF order)."""
+    from gguf import GGMLQuantizationType
+
     reader = open_gguf(path)
     config = config_from_gguf_metadata(read_metadata(reader))
     names = {t.name for t in reader.tensors}
     config.tie_word_embeddings = "output.weight" not in names
     state_dict: dict[str, torch.Tensor] = {}
+    blocks: dict[str, Q4Blocks] = {}
     for tensor in reader.tensors:
         name = hf_name(tensor.name)
         if name is None:
             if tensor.name == "rope_freqs.weight":
                 raise ModelLoadError(f"{path}: rope_freqs tensors (Llama-3.1 rope scaling in GGUF) are not supported")
             raise ModelLoadError(f"{path}: unsupported tensor {tensor.name!r} for architecture {config.architecture}")
-        state_dict[name] = torch.from_numpy(_restore_rows(name, dequantize(tensor, path), config))
-    return config, state_dict
+        array = dequantize(tensor, path)
+        state_dict[name] = torch.from_numpy(_restore_rows(name, array, config))
+        if tensor.tensor_type == GGMLQuantizationType.Q4_1 and array.ndim == 2:
+            stored = Q4Blocks.from_q4_1(tensor.data, *array.shape)
+            blocks[name] = stored.take_rows(_restore_rows(name, np.arange(array.shape[0]), config))
+    return config, state_dict, blocks
 
 
 def open_gguf(path: Path) -> Any:

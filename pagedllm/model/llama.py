@@ -4,6 +4,7 @@ Parameter names equal Hugging Face's, so an HF state dict loads as is. The model
 flat run of tokens ([T]) plus an AttentionMetadata; it never sees a block table directly.
 """
 
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import torch
@@ -16,6 +17,7 @@ from pagedllm.model.decoder_stack import DecoderStack, build_decoder_stack
 from pagedllm.model.layers import RMSNorm, RotaryEmbedding, SwiGLUMLP, apply_rotary, fuse_linears
 from pagedllm.model.parallel import ParallelLayout, no_reduce
 from pagedllm.model.projection import Projection, can_pack
+from pagedllm.model.q4_blocks import EMPTY_BLOCKS, Q4Blocks, stack_blocks
 
 
 class OutputRows(NamedTuple):
@@ -38,10 +40,12 @@ class Attention(nn.Module):
         self.qkv: Projection | None = None  # fused q/k/v and packed o, once fuse() ran
         self.out: Projection | None = None
 
-    def fuse(self, pack: bool = False) -> None:
-        """One matmul for q, k and v (measured ~10% faster per step); q/k/v_proj keep HF names as views."""
-        self.qkv = Projection(*fuse_linears([self.q_proj, self.k_proj, self.v_proj]), pack)
-        self.out = Projection(self.o_proj.weight, None, pack)
+    def fuse(self, pack: bool = False, q4: Mapping[str, Q4Blocks] = EMPTY_BLOCKS) -> None:
+        """One matmul for q, k and v (measured ~10% faster per step); q/k/v_proj keep HF names as views.
+        q4: the Q4_1 blocks of q_proj, k_proj, v_proj and o_proj that were loaded as such (by those names)."""
+        qkv = stack_blocks([q4.get("q_proj"), q4.get("k_proj"), q4.get("v_proj")])
+        self.qkv = Projection(*fuse_linears([self.q_proj, self.k_proj, self.v_proj]), pack, qkv)
+        self.out = Projection(self.o_proj.weight, None, pack, q4.get("o_proj"))
 
     def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.qkv is None:
@@ -204,12 +208,13 @@ class LlamaForCausalLM(nn.Module):
         self.model.norm.forward_compiled(hidden, residual)
         return hidden
 
-    def fuse_projections(self) -> "LlamaForCausalLM":
-        """Call after the weights are in place (load_model does); packs float32 weights for oneDNN."""
+    def fuse_projections(self, q4: Mapping[str, Q4Blocks] = EMPTY_BLOCKS) -> "LlamaForCausalLM":
+        """Call after the weights are in place (load_model does); packs float32 weights for oneDNN. q4: the Q4_1
+        blocks of the weights loaded from them, by state-dict name (read_gguf_with_blocks)."""
         pack = can_pack(self.lm_head.weight.dtype)
-        for layer in self.model.layers:
-            layer.self_attn.fuse(pack)
-            layer.mlp.fuse(pack)
+        for i, layer in enumerate(self.model.layers):
+            layer.self_attn.fuse(pack, _blocks_under(q4, f"model.layers.{i}.self_attn."))
+            layer.mlp.fuse(pack, _blocks_under(q4, f"model.layers.{i}.mlp."))
         self.head = Projection(self.lm_head.weight, None, pack)
         config = self.config
         self.stack = build_decoder_stack(self.model.layers, config.num_heads, config.num_kv_heads, config.head_dim)
@@ -225,3 +230,8 @@ class LlamaForCausalLM(nn.Module):
         if self.head is not None:
             return self.head.float_outputs(hidden)
         return self.lm_head(hidden).float()
+
+
+def _blocks_under(q4: Mapping[str, Q4Blocks], prefix: str) -> dict[str, Q4Blocks]:
+    """The blocks of the weights under a module prefix, by their linear's name ("q_proj")."""
+    return {name[len(prefix) :].removesuffix(".weight"): b for name, b in q4.items() if name.startswith(prefix)}

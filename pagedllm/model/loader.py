@@ -1,5 +1,6 @@
 """load_model(path, dtype): a local HF directory or a GGUF file -> (LlamaForCausalLM, ModelConfig)."""
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -7,6 +8,7 @@ import torch
 from pagedllm.errors import ModelLoadError
 from pagedllm.model.config import ModelConfig
 from pagedllm.model.llama import LlamaForCausalLM
+from pagedllm.model.q4_blocks import EMPTY_BLOCKS, Q4Blocks
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16)
 # Keys some checkpoints carry that hold nothing we load (recomputed buffers).
@@ -24,11 +26,11 @@ def load_model(
         from pagedllm.model.hf_loader import read_hf_dir
 
         config, state_dict = read_hf_dir(path)
-    else:
-        from pagedllm.model.gguf_loader import read_gguf
+        return build_model(config, state_dict, dtype, source=path, device=device), config
+    from pagedllm.model.gguf_loader import read_gguf_with_blocks
 
-        config, state_dict = read_gguf(path)
-    return build_model(config, state_dict, dtype, source=path, device=device), config
+    config, state_dict, q4 = read_gguf_with_blocks(path)
+    return build_model(config, state_dict, dtype, source=path, device=device, q4=q4), config
 
 
 def existing_model_path(path: str | Path) -> Path:
@@ -45,8 +47,10 @@ def build_model(
     dtype: torch.dtype,
     source: Path | str = "<memory>",
     device: torch.device | str = "cpu",
+    q4: Mapping[str, Q4Blocks] = EMPTY_BLOCKS,
 ) -> LlamaForCausalLM:
-    """Instantiate without allocating (meta device), then adopt the given tensors cast to `dtype` on `device`."""
+    """Instantiate without allocating (meta device), then adopt the given tensors cast to `dtype` on `device`.
+    q4: the Q4_1 blocks of the weights that were stored as such (LlamaForCausalLM.fuse_projections)."""
     with torch.device("meta"):
         model = LlamaForCausalLM(config)
     expected = set(model.state_dict())
@@ -62,7 +66,7 @@ def build_model(
     model.rotary.inv_freq = model.rotary.inv_freq.to(device)  # a plain tensor, not a module buffer
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
-    return model.eval().requires_grad_(False).fuse_projections()
+    return model.eval().requires_grad_(False).fuse_projections(q4)
 
 
 def _check_names(expected: set[str], found: set[str], source: Path | str) -> None:
