@@ -1,6 +1,6 @@
 """A/B of compiled-kernel builds on one real decode step: the decoder stack of each build, timed interleaved.
 
-    .venv/bin/python -m pagedllm.bench.stack_ab A.so B.so A.so B.so [--at 30] [--reps 40] [--q4 on|off|both]
+    .venv/bin/python -m pagedllm.bench.stack_ab A.so B.so A.so B.so [--at 30] [--reps 40] [--blocks on|off|both]
         [throughput options: --workload shared-prefix --dtype bfloat16 ...]
 
 Runs the workload once with the engine as it is and keeps the inputs of the decoder stack's `--at`-th call
@@ -12,8 +12,8 @@ them, with the weights streamed from memory between the attention calls as in a 
 the same Python calls as this checkout's (a build from before a change to a kernel's signature cannot be
 loaded here). List them as A B A B and compare like positions: separate processes on a shared machine
 differed by more than the changes measured this way (docs/benchmarks.md). A model loaded from a GGUF file packs
-its Q4_1 weights' blocks too (the engine's default); `--q4 off` leaves them out, `--q4 both` times each build
-with and without them.
+its weights' stored Q4_1 / Q8_0 blocks too (as the engine does); `--blocks off` leaves them out, `--blocks both`
+times each build with and without them.
 """
 
 import argparse
@@ -32,7 +32,7 @@ from pagedllm.bench.throughput import add_arguments, engine_config, load_engine,
 from pagedllm.model import decoder_stack, projection
 from pagedllm.model.default_model import default_model_path
 from pagedllm.model.gguf_loader import read_gguf_with_blocks
-from pagedllm.model.q4_blocks import EMPTY_BLOCKS, Q4Blocks
+from pagedllm.model.stored_blocks import EMPTY_BLOCKS, StoredBlocks
 
 
 def capture_step(engine, workload, at: int) -> tuple:
@@ -53,18 +53,18 @@ def capture_step(engine, workload, at: int) -> tuple:
     return captured["step"]
 
 
-def q4_blocks_of(engine) -> Mapping[str, Q4Blocks]:
-    """The Q4_1 blocks the engine's weights were loaded from (a GGUF file), none for other models."""
+def stored_blocks_of(engine) -> Mapping[str, StoredBlocks]:
+    """The stored blocks the engine's weights were loaded from (a GGUF file), none for other models."""
     path = Path(engine.config.model or default_model_path())
     return read_gguf_with_blocks(path)[2] if path.is_file() else EMPTY_BLOCKS
 
 
-def stack_of(model, build: ModuleType, q4: Mapping[str, Q4Blocks]) -> decoder_stack.DecoderStack:
-    """The model's projections packed (with the Q4_1 blocks given, which small batches then stream), and its
+def stack_of(model, build: ModuleType, blocks: Mapping[str, StoredBlocks]) -> decoder_stack.DecoderStack:
+    """The model's projections packed (with the stored blocks given, which small batches then stream), and its
     decoder stack built, with `build` instead of this checkout's."""
     with mock.patch.object(projection, "load_cpu_kernels", lambda: build), \
          mock.patch.object(decoder_stack, "load_cpu_kernels", lambda: build):  # fmt: skip
-        model.fuse_projections(q4)
+        model.fuse_projections(blocks)
     if model.stack is None:
         raise SystemExit("this model and dtype run no decoder stack here (it needs the compiled kernels)")
     return model.stack
@@ -75,16 +75,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("builds", nargs="+", help="paths of pagedllm_cpu_<key>.so files")
     parser.add_argument("--at", type=int, default=30, help="which call of the decoder stack to replay")
     parser.add_argument("--reps", type=int, default=40)
-    parser.add_argument("--q4", choices=("on", "off", "both"), default="on",
-                        help="pack the weights' Q4_1 blocks too (a GGUF model), or not, or each build both ways")
+    parser.add_argument("--blocks", choices=("on", "off", "both"), default="on",
+                        help="pack the weights' stored blocks too (a GGUF model), or not, or each build both ways")
     add_arguments(parser)
     args = parser.parse_args(argv)
     engine = load_engine(engine_config(args))
     hidden, residual, cos_sin, kv_caches, meta = capture_step(engine, workload_for(engine, args), args.at)
-    blocks = q4_blocks_of(engine) if args.q4 != "off" else EMPTY_BLOCKS
-    ways = {"on": [("", blocks)], "off": [("", EMPTY_BLOCKS)], "both": [(" q4", blocks), (" bf16", EMPTY_BLOCKS)]}
-    stacks = {f"{i} {path.rsplit('/', 1)[-1]}{label}": stack_of(engine.model, load_build(path), q4)
-              for i, path in enumerate(args.builds) for label, q4 in ways[args.q4]}  # fmt: skip
+    stored = stored_blocks_of(engine) if args.blocks != "off" else EMPTY_BLOCKS
+    ways = {"on": [("", stored)], "off": [("", EMPTY_BLOCKS)], "both": [(" blocks", stored), (" panels", EMPTY_BLOCKS)]}
+    stacks = {f"{i} {path.rsplit('/', 1)[-1]}{label}": stack_of(engine.model, load_build(path), blocks)
+              for i, path in enumerate(args.builds) for label, blocks in ways[args.blocks]}  # fmt: skip
 
     def replay(stack: decoder_stack.DecoderStack) -> torch.Tensor:
         return stack(hidden.clone(), residual.clone(), cos_sin, kv_caches, meta)

@@ -20,7 +20,7 @@
 #include <limits>
 #include <vector>
 
-#include "amx_q4.h"
+#include "amx_blocks.h"
 #include "amx_tiles.h"
 #include "parallel.h"
 
@@ -58,8 +58,8 @@ namespace {
 constexpr int64_t kItemRows = 2 * kAmxTileRows;  // rows of x per pass over an item's two panels
 constexpr int64_t kPrefetchSteps = 4;             // how far ahead a first pass requests its weight tiles
 constexpr int64_t kRowBlockBytes = 384 * 1024;    // most bytes of x rows per block of a large batch
-constexpr int64_t kQ4Ahead = 8;                    // how far ahead a pass expanding 4-bit tiles requests them
-constexpr int64_t kQ4MaxRows = 128;                // most rows of a batch that reads a weight's 4-bit form
+constexpr int64_t kBlocksAhead = 8;                // how far ahead a pass expanding block tiles requests them
+constexpr int64_t kBlocksMaxRows = 128;            // most rows of a batch that reads a weight's block tiles
 
 // The weight tiles of step `ahead` of an item (past its last step: of the next item, which follows it) into L1.
 template <int kPanels>
@@ -117,35 +117,35 @@ using Sums = float[4][kAmxTileRows * kAmxPanelCols];
 
 // Where a pass finds an item's weight tiles: `panel`, its first panel (the next panel_bytes on), in the bfloat16
 // panels or in the thread's buffer. A first pass over the item either requests the panels' tiles ahead
-// (`prefetch`) or, where `q4` is set (the item's first panel of pack_amx_q4's form, the next q4_panel_bytes on),
-// expands them into the buffer two steps ahead of their products, so that the stores are done when the tile loads
-// read them back.
+// (`prefetch`) or, where `blocks` is set (the item's first panel in one of amx_blocks.h's forms, the next
+// blocks_panel_bytes on), expands them into the buffer two steps ahead of their products, so that the stores are
+// done when the tile loads read them back.
 struct ItemWeights {
   const char* panel;
   int64_t panel_bytes;
   bool prefetch = false;
-  const uint8_t* q4 = nullptr;
-  int64_t q4_panel_bytes = 0;
+  const uint8_t* blocks = nullptr;
+  int64_t tile_bytes = 0, blocks_panel_bytes = 0;
 
   template <int kPanels>
   void expand(int64_t s) const {
     for (int64_t j = 0; j < kPanels; ++j)
-      expand_q4_tile(q4 + j * q4_panel_bytes + s * kQ4TileBytes,
-                     reinterpret_cast<bf16_t*>(const_cast<char*>(panel) + j * panel_bytes + s * kAmxTileBytes));
+      expand_tile(blocks + j * blocks_panel_bytes + s * tile_bytes, tile_bytes,
+                  reinterpret_cast<bf16_t*>(const_cast<char*>(panel) + j * panel_bytes + s * kAmxTileBytes));
   }
 
   // Before step s's products: its tiles in place, and the requests for the tiles to come.
   template <int kPanels>
   void prepare(int64_t s, int64_t steps) const {
-    if (q4 != nullptr) {
+    if (blocks != nullptr) {
       if (s == 0) expand<kPanels>(0);
       if (s == 0 && steps > 1) expand<kPanels>(1);
       if (s + 2 < steps) expand<kPanels>(s + 2);
-      const int64_t ahead = s + kQ4Ahead;  // past the item's last step: the next item, which follows it
-      const uint8_t* tile = q4 + (ahead < steps ? ahead : ahead + steps) * kQ4TileBytes;
-      for (int64_t line = 0; line < kQ4TileBytes; line += 64) {
+      const int64_t ahead = s + kBlocksAhead;  // past the item's last step: the next item, which follows it
+      const uint8_t* tile = blocks + (ahead < steps ? ahead : ahead + steps) * tile_bytes;
+      for (int64_t line = 0; line < tile_bytes; line += 64) {
         _mm_prefetch(tile + line, _MM_HINT_T0);
-        if constexpr (kPanels > 1) _mm_prefetch(tile + q4_panel_bytes + line, _MM_HINT_T0);
+        if constexpr (kPanels > 1) _mm_prefetch(tile + blocks_panel_bytes + line, _MM_HINT_T0);
       }
     } else if (prefetch) {
       prefetch_weights<kPanels>(panel, panel_bytes, steps, s + kPrefetchSteps);
@@ -199,7 +199,7 @@ void multiply_item(int64_t row_tiles, int64_t item_panels, const char* x0, const
     multiply_tiles<2, 2>(x0, x1, x_stride, steps, w, sums, during);
 }
 
-// A thread's buffer for the bfloat16 tiles of one item expanded from 4 bits: two panels of `steps` tiles.
+// A thread's buffer for the bfloat16 tiles of one item expanded from its block tiles: two panels of `steps` tiles.
 char* expansion_buffer(int64_t steps) {
   thread_local std::vector<char> buffer;
   const size_t bytes = 2 * steps * kAmxTileBytes + 64;
@@ -221,8 +221,8 @@ struct Pass {
 // step of the thread's next pass, so that their vector work (bias, rounding, an activation, an LM head's softmax
 // sums) runs while that pass's weight tiles stream in rather than between two streams.
 template <typename Store>
-void multiply_rows(const bf16_t* x, int64_t row_begin, int64_t m, int64_t k, const bf16_t* panels, const uint8_t* q4,
-                   int64_t num_panels, const Store& store) {
+void multiply_rows(const bf16_t* x, int64_t row_begin, int64_t m, int64_t k, const bf16_t* panels,
+                   BlockTiles blocks, int64_t num_panels, const Store& store) {
   x += row_begin * k;
   // tile loads read 16 rows (m of them below 16): a last partial row tile of a larger batch is read from a copy
   // of its rows padded with zero rows (copying all of x into a padded buffer instead cost 10-15 us a call at
@@ -244,19 +244,20 @@ void multiply_rows(const bf16_t* x, int64_t row_begin, int64_t m, int64_t k, con
   // one tile shape for the whole call: 16 rows (whole tiles, a partial last one padded), or all of them below 16
   // (sums and x tiles 0-5; the weight tiles 6-7 always have 16 full rows)
   const TileConfig config = tile_config(static_cast<int>(std::min<int64_t>(m, kAmxTileRows)), 6);
-  const int64_t q4_panel_bytes = steps * kQ4TileBytes;
+  const int64_t blocks_panel_bytes = steps * blocks.tile_bytes;
   on_runs(num_items, [&](const auto& take, int64_t worker) {
     _tile_loadconfig(&config);  // the tile shapes are per thread
     alignas(64) Sums sums[2];  // the pass being multiplied, and the one being stored
     Pass waiting;
     int current = 0;
-    char* expanded = q4 != nullptr ? expansion_buffer(steps) : nullptr;
+    char* expanded = blocks.data != nullptr ? expansion_buffer(steps) : nullptr;
     for (int64_t item = take(); item >= 0; item = take()) {
       const int64_t panel0 = 2 * item, item_panels = std::min<int64_t>(2, num_panels - panel0);
       for (int64_t row0 = 0; row0 < m; row0 += kItemRows) {
         ItemWeights w{base + panel0 * panel_bytes, panel_bytes, row0 == 0};
-        if (q4 != nullptr) w = {expanded, panel_bytes, false, row0 == 0 ? q4 + panel0 * q4_panel_bytes : nullptr,
-                                q4_panel_bytes};
+        if (blocks.data != nullptr)
+          w = {expanded, panel_bytes, false, row0 == 0 ? blocks.data + panel0 * blocks_panel_bytes : nullptr,
+               blocks.tile_bytes, blocks_panel_bytes};
         const int64_t rows = std::min(kItemRows, m - row0), row_tiles = (rows + kAmxTileRows - 1) / kAmxTileRows;
         int64_t stored = 0;
         auto store_slice = [&](int64_t s) {  // the waiting pass's rows up to step s's share of them
@@ -279,24 +280,24 @@ void multiply_rows(const bf16_t* x, int64_t row_begin, int64_t m, int64_t k, con
 // x [m, k] times a packed weight (multiply_rows) in blocks of rows that stay in the L2 while every item's panels
 // pass over them: a thread reads all of a block's rows again for each of its items, so a prompt step's 2048 rows,
 // read whole, came from beyond the L2 once per item (1.6-1.7 TFLOP/s on a Xeon's two cores, against 2.7-3.5 in
-// blocks of 384 KB: docs/models.md). Decode steps' few rows are one block. q4 (the same weight in pack_amx_q4's
-// form, or null) is read instead of the panels for batches of up to kQ4MaxRows rows, whose time goes to streaming
-// the weights rather than multiplying them.
+// blocks of 384 KB: docs/models.md). Decode steps' few rows are one block. `blocks` (the same weight in one of
+// amx_blocks.h's forms, or none) are read instead of the panels by batches of up to kBlocksMaxRows rows, whose time
+// goes to streaming the weights rather than multiplying them.
 template <typename Store>
-void amx_multiply(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const uint8_t* q4, int64_t num_panels,
+void amx_multiply(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, BlockTiles blocks, int64_t num_panels,
                   const Store& store) {
   const int64_t block = std::max<int64_t>(kItemRows, kRowBlockBytes / (k * 2) / kItemRows * kItemRows);
-  const uint8_t* expand_from = m <= kQ4MaxRows ? q4 : nullptr;
+  if (m > kBlocksMaxRows) blocks = {};
   for (int64_t row0 = 0; row0 < m; row0 += block)
-    multiply_rows(x, row0, std::min(block, m - row0), k, panels, expand_from, num_panels, store);
+    multiply_rows(x, row0, std::min(block, m - row0), k, panels, blocks, num_panels, store);
 }
 
 template <typename Out>
-void amx_linear_into(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const uint8_t* q4,
+void amx_linear_into(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, BlockTiles blocks,
                      const bf16_t* bias, int64_t n, bool gated, Out* y) {
   const int64_t num_panels = amx_panels(gated ? 2 * n : n, gated);
-  amx_multiply(x, m, k, panels, q4, num_panels, [&](const Sums& sums, int64_t row0, int64_t item, int64_t,
-                                                    int64_t first, int64_t end) {
+  amx_multiply(x, m, k, panels, blocks, num_panels, [&](const Sums& sums, int64_t row0, int64_t item, int64_t,
+                                                        int64_t first, int64_t end) {
     const int64_t panel0 = 2 * item, item_panels = std::min<int64_t>(2, num_panels - panel0);
     for (int64_t r = first; r < end; ++r) {
       const int64_t at = r / kAmxTileRows * 2, offset = r % kAmxTileRows * kAmxPanelCols;  // sums of row tile r / 16
@@ -351,11 +352,11 @@ void pick(const LaneBest* workers, int64_t num_workers, int64_t m, int64_t r, in
   logprob[r] = finite ? top - (top + std::log(total)) : std::numeric_limits<float>::quiet_NaN();
 }
 
-void amx_greedy_into(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n,
-                     int64_t* argmax, float* logprob) {
+void amx_greedy_into(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, BlockTiles blocks,
+                     const bf16_t* bias, int64_t n, int64_t* argmax, float* logprob) {
   const int64_t num_panels = amx_panels(n, false), num_workers = workers_for((num_panels + 1) / 2);  // as amx_multiply
   std::vector<LaneBest> workers(num_workers * m);  // per worker, per row
-  amx_multiply(x, m, k, panels, nullptr, num_panels, [&](const Sums& sums, int64_t row0, int64_t item, int64_t worker,
+  amx_multiply(x, m, k, panels, blocks, num_panels, [&](const Sums& sums, int64_t row0, int64_t item, int64_t worker,
                                                 int64_t first, int64_t end) {
     LaneBest* mine = workers.data() + worker * m + row0;
     for (int64_t j = 0; j < 2 && 2 * item + j < num_panels; ++j)
@@ -369,24 +370,25 @@ void amx_greedy_into(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels
 #else
 
 template <typename Out>
-void amx_linear_into(const bf16_t*, int64_t, int64_t, const bf16_t*, const uint8_t*, const bf16_t*, int64_t, bool, Out*) {}
-void amx_greedy_into(const bf16_t*, int64_t, int64_t, const bf16_t*, const bf16_t*, int64_t, int64_t*, float*) {}
+void amx_linear_into(const bf16_t*, int64_t, int64_t, const bf16_t*, BlockTiles, const bf16_t*, int64_t, bool, Out*) {}
+void amx_greedy_into(const bf16_t*, int64_t, int64_t, const bf16_t*, BlockTiles, const bf16_t*, int64_t, int64_t*,
+                     float*) {}
 
 #endif
 
-void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const uint8_t* q4, const bf16_t* bias,
+void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, BlockTiles blocks, const bf16_t* bias,
                 int64_t n, bool gated, bf16_t* y) {
-  amx_linear_into(x, m, k, panels, q4, bias, n, gated, y);
+  amx_linear_into(x, m, k, panels, blocks, bias, n, gated, y);
 }
 
-void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const uint8_t* q4, const bf16_t* bias,
+void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, BlockTiles blocks, const bf16_t* bias,
                 int64_t n, bool gated, float* y) {
-  amx_linear_into(x, m, k, panels, q4, bias, n, gated, y);
+  amx_linear_into(x, m, k, panels, blocks, bias, n, gated, y);
 }
 
-void amx_greedy_head(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n,
-                     int64_t* argmax, float* logprob) {
-  amx_greedy_into(x, m, k, panels, bias, n, argmax, logprob);
+void amx_greedy_head(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, BlockTiles blocks,
+                     const bf16_t* bias, int64_t n, int64_t* argmax, float* logprob) {
+  amx_greedy_into(x, m, k, panels, blocks, bias, n, argmax, logprob);
 }
 
 }  // namespace pagedllm

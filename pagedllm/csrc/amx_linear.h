@@ -23,20 +23,25 @@ int64_t amx_panel_row(int64_t p, int64_t j, int64_t n, bool gated);
 // the weight's rows). Gated: panel 2j holds gate rows 16j.., panel 2j + 1 the up rows of the same outputs.
 void pack_amx_weight(const bf16_t* w, int64_t n, int64_t k, bool gated, bf16_t* panels);
 
+// A weight's tiles in one of amx_blocks.h's forms (tile_bytes says which), checked with amx_blocks_match to expand
+// to its panels, or none (data null). Batches of few rows read them instead of the panels: the same results.
+struct BlockTiles {
+  const uint8_t* data = nullptr;
+  int64_t tile_bytes = 0;
+};
+
 // y [m, n] = x [m, k] . W^T + bias, summed in float32 and rounded once; bias may be null; x and y contiguous.
-// Gated: n is I, and y = silu(gate) * up of the float32 sums of a gated weight's two halves (bias: [2 I]). q4: null,
-// or the same weight packed by pack_amx_q4 (amx_q4.h) and checked to expand to the panels, which small batches read
-// instead (the same results).
-void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const uint8_t* q4, const bf16_t* bias,
+// Gated: n is I, and y = silu(gate) * up of the float32 sums of a gated weight's two halves (bias: [2 I]).
+void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, BlockTiles blocks, const bf16_t* bias,
                 int64_t n, bool gated, bf16_t* y);
 // The same, y the float32 values of those bfloat16 results (what y.float() gives), written in the same pass.
-void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const uint8_t* q4, const bf16_t* bias,
+void amx_linear(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, BlockTiles blocks, const bf16_t* bias,
                 int64_t n, bool gated, float* y);
 
 // For each row of y = x W^T + bias (rounded to bfloat16, as amx_linear stores it; an LM head's logits): its first
 // argmax and that logit's log-probability, y[argmax] - logsumexp(y), from the tiles of sums as they are made, y never
 // written out. logprob is NaN for a row with a logit that is not finite.
-void amx_greedy_head(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, const bf16_t* bias, int64_t n,
-                     int64_t* argmax, float* logprob);
+void amx_greedy_head(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels, BlockTiles blocks,
+                     const bf16_t* bias, int64_t n, int64_t* argmax, float* logprob);
 
 }  // namespace pagedllm

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "amx_linear.h"
-#include "amx_q4.h"
+#include "amx_blocks.h"
 #include "amx_tiles.h"
 #include "cache_ops.h"
 #include "decoder_stack.h"
@@ -316,45 +316,55 @@ torch::Tensor pack_amx_linear_op(const torch::Tensor& weight, bool gated) {
   return panels;
 }
 
-torch::Tensor pack_amx_q4_op(const torch::Tensor& scale, const torch::Tensor& low, const torch::Tensor& codes,
-                             bool gated) {
-  for (const torch::Tensor* t : {&scale, &low, &codes}) check_cpu(*t, "scale, low and codes");
-  TORCH_CHECK(codes.dim() == 2 && codes.is_contiguous() && codes.scalar_type() == torch::kUInt8 &&
+// A weight's stored blocks (scale, optional low: float16 [out, in / 32]; codes [out, in]: uint8 with low, Q4_1's;
+// int8 without, Q8_0's) -> its tiles in amx_blocks.h's form [panels, in / 32, tile bytes].
+torch::Tensor pack_amx_blocks_op(const torch::Tensor& scale, const c10::optional<torch::Tensor>& low,
+                                 const torch::Tensor& codes, bool gated) {
+  check_cpu(codes, "codes");
+  const bool q4 = low.has_value();
+  TORCH_CHECK(codes.dim() == 2 && codes.is_contiguous() && codes.scalar_type() == (q4 ? torch::kUInt8 : torch::kInt8) &&
                   codes.size(1) % kAmxDepth == 0 && (!gated || codes.size(0) % 2 == 0),
-              "codes must be contiguous uint8 [out, in], in a multiple of ", kAmxDepth,
-              " (gated: an even number of rows)");
+              "codes must be contiguous [out, in], uint8 with low (Q4_1) or int8 without (Q8_0), in a multiple of ",
+              kAmxDepth, " (gated: an even number of rows)");
   const int64_t n = codes.size(0), k = codes.size(1);
-  for (const torch::Tensor* t : {&scale, &low})
+  for (const torch::Tensor* t : {&scale, q4 ? &*low : &scale}) {
+    check_cpu(*t, "scale and low");
     TORCH_CHECK(t->dim() == 2 && t->is_contiguous() && t->scalar_type() == torch::kFloat16 && t->size(0) == n &&
                     t->size(1) == k / kAmxDepth,
                 "scale and low must be contiguous float16 [out, in / ", kAmxDepth, "]");
-  torch::Tensor out = torch::empty({amx_panels(n, gated), k / kAmxDepth, kQ4TileBytes}, codes.options());
-  pack_amx_q4(static_cast<const uint16_t*>(scale.data_ptr()), static_cast<const uint16_t*>(low.data_ptr()),
-              codes.data_ptr<uint8_t>(), n, k, gated, out.data_ptr<uint8_t>());
+  }
+  torch::Tensor out = torch::empty({amx_panels(n, gated), k / kAmxDepth, q4 ? kQ4TileBytes : kQ8TileBytes},
+                                   codes.options().dtype(torch::kUInt8));
+  const auto* scales = static_cast<const uint16_t*>(scale.data_ptr());
+  if (q4)
+    pack_amx_q4(scales, static_cast<const uint16_t*>(low->data_ptr()), codes.data_ptr<uint8_t>(), n, k, gated,
+                out.data_ptr<uint8_t>());
+  else
+    pack_amx_q8(scales, codes.data_ptr<int8_t>(), n, k, gated, out.data_ptr<uint8_t>());
   return out;
 }
 
 namespace {
 
-// q4 (or none) from pack_amx_q4 of the weight whose pack_amx_linear panels are `panels`.
-void check_q4(const c10::optional<torch::Tensor>& q4, const torch::Tensor& panels) {
-  if (!q4) return;
-  check_cpu(*q4, "q4");
-  TORCH_CHECK(q4->scalar_type() == torch::kUInt8 && q4->is_contiguous() && q4->dim() == 3 &&
-                  q4->size(0) == panels.size(0) && q4->size(1) == panels.size(1) && q4->size(2) == kQ4TileBytes,
-              "q4 must come from pack_amx_q4 of the weight the panels were packed from");
+// Block tiles (or none) from pack_amx_blocks of the weight whose pack_amx_linear panels are `panels`.
+BlockTiles check_blocks(const c10::optional<torch::Tensor>& blocks, const torch::Tensor& panels) {
+  if (!blocks) return {};
+  check_cpu(*blocks, "blocks");
+  TORCH_CHECK(blocks->scalar_type() == torch::kUInt8 && blocks->is_contiguous() && blocks->dim() == 3 &&
+                  blocks->size(0) == panels.size(0) && blocks->size(1) == panels.size(1) &&
+                  (blocks->size(2) == kQ4TileBytes || blocks->size(2) == kQ8TileBytes),
+              "blocks must come from pack_amx_blocks of the weight the panels were packed from");
+  return {blocks->data_ptr<uint8_t>(), blocks->size(2)};
 }
-
-const uint8_t* q4_data(const c10::optional<torch::Tensor>& q4) { return q4 ? q4->data_ptr<uint8_t>() : nullptr; }
 
 }  // namespace
 
-bool amx_q4_matches_op(const torch::Tensor& q4, const torch::Tensor& panels) {
+bool amx_blocks_match_op(const torch::Tensor& blocks, const torch::Tensor& panels) {
   check_cpu(panels, "panels");
   TORCH_CHECK(is_bf16(panels) && panels.is_contiguous() && panels.dim() == 4, "panels must come from pack_amx_linear");
-  check_q4(q4, panels);
-  return amx_q4_matches(q4.data_ptr<uint8_t>(), static_cast<const bf16_t*>(panels.data_ptr()),
-                        panels.size(0) * panels.size(1));
+  const BlockTiles tiles = check_blocks(blocks, panels);
+  return amx_blocks_match(tiles.data, tiles.tile_bytes, static_cast<const bf16_t*>(panels.data_ptr()),
+                          panels.size(0) * panels.size(1));
 }
 
 namespace {
@@ -376,9 +386,9 @@ void check_amx_operands(const torch::Tensor& x, const torch::Tensor& panels, con
 
 torch::Tensor amx_linear_op(const torch::Tensor& x, const torch::Tensor& panels, const c10::optional<torch::Tensor>& bias,
                             int64_t out_features, bool gated, bool float_output,
-                            const c10::optional<torch::Tensor>& q4) {
+                            const c10::optional<torch::Tensor>& blocks) {
   check_amx_operands(x, panels, bias, out_features, gated);
-  check_q4(q4, panels);
+  const BlockTiles tiles = check_blocks(blocks, panels);
   const int64_t k = x.size(1);
   const auto out_dtype = float_output ? torch::kFloat32 : torch::kBFloat16;
   torch::Tensor y = torch::empty({x.size(0), out_features}, x.options().dtype(out_dtype));
@@ -387,22 +397,24 @@ torch::Tensor amx_linear_op(const torch::Tensor& x, const torch::Tensor& panels,
   const auto* panel_data = static_cast<const bf16_t*>(panels.data_ptr());
   const bf16_t* bias_data = bf16_data(bias);
   if (float_output)
-    amx_linear(x_data, x.size(0), k, panel_data, q4_data(q4), bias_data, out_features, gated, y.data_ptr<float>());
+    amx_linear(x_data, x.size(0), k, panel_data, tiles, bias_data, out_features, gated, y.data_ptr<float>());
   else
-    amx_linear(x_data, x.size(0), k, panel_data, q4_data(q4), bias_data, out_features, gated,
+    amx_linear(x_data, x.size(0), k, panel_data, tiles, bias_data, out_features, gated,
                static_cast<bf16_t*>(y.data_ptr()));
   return y;
 }
 
 std::tuple<torch::Tensor, torch::Tensor> amx_greedy_head_op(const torch::Tensor& x, const torch::Tensor& panels,
                                                             const c10::optional<torch::Tensor>& bias,
-                                                            int64_t out_features) {
+                                                            int64_t out_features,
+                                                            const c10::optional<torch::Tensor>& blocks) {
   check_amx_operands(x, panels, bias, out_features, false);
+  const BlockTiles tiles = check_blocks(blocks, panels);
   auto argmax = torch::empty({x.size(0)}, x.options().dtype(torch::kInt64));
   auto logprob = torch::empty({x.size(0)}, x.options().dtype(torch::kFloat32));
   if (x.size(0) == 0) return {argmax, logprob};
   amx_greedy_head(static_cast<const bf16_t*>(x.data_ptr()), x.size(0), x.size(1),
-                  static_cast<const bf16_t*>(panels.data_ptr()), bf16_data(bias), out_features,
+                  static_cast<const bf16_t*>(panels.data_ptr()), tiles, bf16_data(bias), out_features,
                   argmax.data_ptr<int64_t>(), logprob.data_ptr<float>());
   return {argmax, logprob};
 }
@@ -442,19 +454,21 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("on"));
   m.def("pack_amx_linear", &pagedllm::pack_amx_linear_op, "a bfloat16 [out, in] weight packed into AMX tiles (gated: "
         "an MLP's [gate; up], for silu(gate) * up)", py::arg("weight"), py::arg("gated") = false);
-  m.def("pack_amx_q4", &pagedllm::pack_amx_q4_op, "a weight's 4-bit blocks (w = scale * code + low per 32 inputs of a "
-        "row; scale, low: float16 [out, in / 32]; codes: uint8 [out, in]) laid out tile by tile as pack_amx_linear "
-        "lays out the bfloat16 weight", py::arg("scale"), py::arg("low"), py::arg("codes"), py::arg("gated") = false);
-  m.def("amx_q4_matches", &pagedllm::amx_q4_matches_op, "whether every tile of pack_amx_q4's form expands to the "
-        "bfloat16 tile of pack_amx_linear's", py::arg("q4"), py::arg("panels"));
+  m.def("pack_amx_blocks", &pagedllm::pack_amx_blocks_op, "a weight's stored blocks laid out tile by tile as "
+        "pack_amx_linear lays out the bfloat16 weight: Q4_1 (w = scale * code + low per 32 inputs of a row; scale, "
+        "low: float16 [out, in / 32]; codes: uint8 [out, in]) or Q8_0 (w = scale * code, no low; codes: int8)",
+        py::arg("scale"), py::arg("low"), py::arg("codes"), py::arg("gated") = false);
+  m.def("amx_blocks_match", &pagedllm::amx_blocks_match_op, "whether every tile of pack_amx_blocks' form expands to "
+        "the bfloat16 tile of pack_amx_linear's", py::arg("blocks"), py::arg("panels"));
   m.def("amx_linear", &pagedllm::amx_linear_op, "x W^T + bias on AMX tiles over a weight from pack_amx_linear (gated: "
-        "silu(gate) * up of it), rounded to bfloat16 (float_output: returned as the float32 values of those); q4: "
-        "the same weight from pack_amx_q4, checked with amx_q4_matches, which small batches stream instead",
-        py::arg("x"), py::arg("panels"), py::arg("bias"), py::arg("out_features"), py::arg("gated") = false,
-        py::arg("float_output") = false, py::arg("q4") = py::none());
+        "silu(gate) * up of it), rounded to bfloat16 (float_output: returned as the float32 values of those); "
+        "blocks: the same weight from pack_amx_blocks, checked with amx_blocks_match, which small batches stream "
+        "instead", py::arg("x"), py::arg("panels"), py::arg("bias"), py::arg("out_features"),
+        py::arg("gated") = false, py::arg("float_output") = false, py::arg("blocks") = py::none());
   m.def("amx_greedy_head", &pagedllm::amx_greedy_head_op, "per row of x W^T + bias on AMX tiles (an LM head's "
-        "logits, never written out): first argmax, and its log-probability (NaN where a logit is not finite)",
-        py::arg("x"), py::arg("panels"), py::arg("bias"), py::arg("out_features"));
+        "logits, never written out): first argmax, and its log-probability (NaN where a logit is not finite); "
+        "blocks as for amx_linear", py::arg("x"), py::arg("panels"), py::arg("bias"), py::arg("out_features"),
+        py::arg("blocks") = py::none());
   m.def("linear", &pagedllm::linear_op, "x W^T + bias over a packed weight (gated: silu(gate) * up of it)",
         py::arg("x"), py::arg("panels"), py::arg("bias"), py::arg("out_features"), py::arg("gated") = false);
   pagedllm::bind_decoder_stack(m);

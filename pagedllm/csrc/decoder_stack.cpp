@@ -6,6 +6,7 @@
 
 #include <type_traits>
 
+#include "amx_blocks.h"
 #include "amx_linear.h"
 #include "layer_ops.h"
 #include "linear.h"
@@ -25,8 +26,8 @@ void StackMatmul::operator()(const T* x, int64_t m, T* y) const {
   const T* b = bias ? static_cast<const T*>(bias->data_ptr()) : nullptr;
   if constexpr (std::is_same_v<T, bf16_t>) {
     if (amx) {
-      const uint8_t* q4_tiles = q4 ? q4->data_ptr<uint8_t>() : nullptr;
-      return amx_linear(x, m, in_features(), w, q4_tiles, b, out_features, gated, y);
+      const BlockTiles tiles = blocks ? BlockTiles{blocks->data_ptr<uint8_t>(), blocks->size(2)} : BlockTiles{};
+      return amx_linear(x, m, in_features(), w, tiles, b, out_features, gated, y);
     }
   }
   linear<T>(x, m, in_features(), w, b, out_features, gated, y);
@@ -68,11 +69,12 @@ void DecoderStack::add_layer(torch::Tensor input_norm, torch::Tensor post_norm, 
     TORCH_CHECK(m->panels.scalar_type() == dtype && m->panels.is_contiguous() &&
                     (!m->amx || dtype == torch::kBFloat16) &&
                     (!m->bias || (m->bias->scalar_type() == dtype && m->bias->is_contiguous())) &&
-                    (!m->q4 || (m->amx && m->q4->scalar_type() == torch::kUInt8 && m->q4->is_contiguous() &&
-                                m->q4->dim() == 3 && m->q4->size(0) == m->panels.size(0) &&
-                                m->q4->size(1) == m->panels.size(1))),
-                "a projection's packed weight and bias must be contiguous and of the norms' dtype (4-bit tiles: from "
-                "pack_amx_q4, for an AMX weight)");
+                    (!m->blocks || (m->amx && m->blocks->scalar_type() == torch::kUInt8 &&
+                                    m->blocks->is_contiguous() && m->blocks->dim() == 3 &&
+                                    m->blocks->size(0) == m->panels.size(0) && m->blocks->size(1) == m->panels.size(1) &&
+                                    (m->blocks->size(2) == kQ4TileBytes || m->blocks->size(2) == kQ8TileBytes))),
+                "a projection's packed weight and bias must be contiguous and of the norms' dtype (block tiles: from "
+                "pack_amx_blocks, for an AMX weight)");
   if (!layers_.empty()) {  // forward sizes its buffers by the first layer
     const StackLayer& first = layers_[0];
     TORCH_CHECK(dtype == first.input_norm.scalar_type() && hidden == first.input_norm.numel() &&
@@ -175,7 +177,7 @@ void bind_decoder_stack(pybind11::module_& m) {
   py::class_<StackMatmul>(m, "StackMatmul", py::module_local(), "a projection of a DecoderStack over a packed weight")
       .def(py::init<torch::Tensor, c10::optional<torch::Tensor>, int64_t, bool, bool, c10::optional<torch::Tensor>>(),
            py::arg("panels"), py::arg("bias"), py::arg("out_features"), py::arg("amx"), py::arg("gated") = false,
-           py::arg("q4") = py::none())
+           py::arg("blocks") = py::none())
       .def_readonly("amx", &StackMatmul::amx);
   py::class_<DecoderStack>(m, "DecoderStack", py::module_local(), "a model's decoder layers run in one call")
       .def(py::init<int64_t, int64_t, int64_t, double, double>(), py::arg("num_heads"), py::arg("num_kv_heads"),

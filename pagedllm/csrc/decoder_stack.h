@@ -12,14 +12,14 @@
 namespace pagedllm {
 
 // One projection over a weight packed by pack_amx_linear (amx) or pack_linear (gated, either: an MLP's [gate; up]
-// weight, silu(gate) * up applied as the outputs are stored); q4: for amx, optionally the same weight from
-// pack_amx_q4 (see amx_linear).
+// weight, silu(gate) * up applied as the outputs are stored); blocks: for amx, optionally the same weight from
+// pack_amx_blocks (see amx_linear).
 struct StackMatmul {
   torch::Tensor panels;
   c10::optional<torch::Tensor> bias;
   int64_t out_features;
   bool amx, gated;
-  c10::optional<torch::Tensor> q4;
+  c10::optional<torch::Tensor> blocks;
 
   int64_t in_features() const;
   // y [m, out_features] = x [m, in_features] W^T (+ bias), both contiguous, of the weight's dtype T.

@@ -31,6 +31,6 @@ torch::Tensor linear_op(const torch::Tensor& x, const torch::Tensor& panels, con
                         int64_t out_features, bool gated);
 torch::Tensor amx_linear_op(const torch::Tensor& x, const torch::Tensor& panels,
                             const c10::optional<torch::Tensor>& bias, int64_t out_features, bool gated,
-                            bool float_output = false, const c10::optional<torch::Tensor>& q4 = c10::nullopt);
+                            bool float_output = false, const c10::optional<torch::Tensor>& blocks = c10::nullopt);
 
 }  // namespace pagedllm

@@ -9,7 +9,7 @@ import torch
 
 from pagedllm.errors import ModelLoadError
 from pagedllm.model.config import ModelConfig, config_from_gguf_metadata
-from pagedllm.model.q4_blocks import Q4Blocks
+from pagedllm.model.stored_blocks import StoredBlocks
 
 # GGUF tensor name -> HF name; "{n}" is the layer index.
 _GLOBAL_NAMES = {
@@ -70,16 +70,16 @@ def read_gguf(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     return config, state_dict
 
 
-def read_gguf_with_blocks(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], dict[str, Q4Blocks]]:
-    """read_gguf, and the Q4_1 blocks of every weight stored that way (HF names, rows in HF order)."""
-    from gguf import GGMLQuantizationType
+def read_gguf_with_blocks(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], dict[str, StoredBlocks]]:
+    """read_gguf, and the blocks of every weight stored as Q4_1 or Q8_0 (HF names, rows in HF order)."""
+    from gguf import GGMLQuantizationType as Q
 
     reader = open_gguf(path)
     config = config_from_gguf_metadata(read_metadata(reader))
     names = {t.name for t in reader.tensors}
     config.tie_word_embeddings = "output.weight" not in names
     state_dict: dict[str, torch.Tensor] = {}
-    blocks: dict[str, Q4Blocks] = {}
+    blocks: dict[str, StoredBlocks] = {}
     for tensor in reader.tensors:
         name = hf_name(tensor.name)
         if name is None:
@@ -88,8 +88,9 @@ def read_gguf_with_blocks(path: Path) -> tuple[ModelConfig, dict[str, torch.Tens
             raise ModelLoadError(f"{path}: unsupported tensor {tensor.name!r} for architecture {config.architecture}")
         array = dequantize(tensor, path)
         state_dict[name] = torch.from_numpy(_restore_rows(name, array, config))
-        if tensor.tensor_type == GGMLQuantizationType.Q4_1 and array.ndim == 2:
-            stored = Q4Blocks.from_q4_1(tensor.data, *array.shape)
+        kind = {Q.Q4_1: "q4_1", Q.Q8_0: "q8_0"}.get(tensor.tensor_type)
+        if kind is not None and array.ndim == 2:
+            stored = StoredBlocks.from_gguf(tensor.data, kind, *array.shape)
             blocks[name] = stored.take_rows(_restore_rows(name, np.arange(array.shape[0]), config))
     return config, state_dict, blocks
 

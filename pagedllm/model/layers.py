@@ -10,7 +10,7 @@ from torch import nn
 from pagedllm.model import compiled_ops
 from pagedllm.model.config import ModelConfig, RopeScaling
 from pagedllm.model.projection import GatedProjection, Projection
-from pagedllm.model.q4_blocks import EMPTY_BLOCKS, Q4Blocks, stack_blocks
+from pagedllm.model.stored_blocks import EMPTY_BLOCKS, StoredBlocks, stack_blocks
 
 
 class RMSNorm(nn.Module):
@@ -82,11 +82,11 @@ class SwiGLUMLP(nn.Module):
         self.gate_up: GatedProjection | None = None  # gate/up with the activation, and down, once fuse() ran
         self.down: Projection | None = None
 
-    def fuse(self, pack: bool = False, q4: Mapping[str, Q4Blocks] = EMPTY_BLOCKS) -> None:
-        """q4: the Q4_1 blocks of gate_proj, up_proj and down_proj that were loaded as such (by those names)."""
-        gate_up = stack_blocks([q4.get("gate_proj"), q4.get("up_proj")])
+    def fuse(self, pack: bool = False, blocks: Mapping[str, StoredBlocks] = EMPTY_BLOCKS) -> None:
+        """blocks: the stored blocks of gate_proj, up_proj and down_proj loaded from them (by those names)."""
+        gate_up = stack_blocks([blocks.get("gate_proj"), blocks.get("up_proj")])
         self.gate_up = GatedProjection(*fuse_linears([self.gate_proj, self.up_proj]), pack, gate_up)
-        self.down = Projection(self.down_proj.weight, None, pack, q4.get("down_proj"))
+        self.down = Projection(self.down_proj.weight, None, pack, blocks.get("down_proj"))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [T, hidden] -> [T, intermediate] -> [T, hidden]

@@ -17,7 +17,7 @@ from pagedllm.model.decoder_stack import DecoderStack, build_decoder_stack
 from pagedllm.model.layers import RMSNorm, RotaryEmbedding, SwiGLUMLP, apply_rotary, fuse_linears
 from pagedllm.model.parallel import ParallelLayout, no_reduce
 from pagedllm.model.projection import Projection, can_pack
-from pagedllm.model.q4_blocks import EMPTY_BLOCKS, Q4Blocks, stack_blocks
+from pagedllm.model.stored_blocks import EMPTY_BLOCKS, StoredBlocks, stack_blocks
 
 
 class OutputRows(NamedTuple):
@@ -40,12 +40,12 @@ class Attention(nn.Module):
         self.qkv: Projection | None = None  # fused q/k/v and packed o, once fuse() ran
         self.out: Projection | None = None
 
-    def fuse(self, pack: bool = False, q4: Mapping[str, Q4Blocks] = EMPTY_BLOCKS) -> None:
+    def fuse(self, pack: bool = False, blocks: Mapping[str, StoredBlocks] = EMPTY_BLOCKS) -> None:
         """One matmul for q, k and v (measured ~10% faster per step); q/k/v_proj keep HF names as views.
-        q4: the Q4_1 blocks of q_proj, k_proj, v_proj and o_proj that were loaded as such (by those names)."""
-        qkv = stack_blocks([q4.get("q_proj"), q4.get("k_proj"), q4.get("v_proj")])
+        blocks: the stored blocks of q_proj, k_proj, v_proj and o_proj loaded from them (by those names)."""
+        qkv = stack_blocks([blocks.get("q_proj"), blocks.get("k_proj"), blocks.get("v_proj")])
         self.qkv = Projection(*fuse_linears([self.q_proj, self.k_proj, self.v_proj]), pack, qkv)
-        self.out = Projection(self.o_proj.weight, None, pack, q4.get("o_proj"))
+        self.out = Projection(self.o_proj.weight, None, pack, blocks.get("o_proj"))
 
     def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.qkv is None:
@@ -208,14 +208,15 @@ class LlamaForCausalLM(nn.Module):
         self.model.norm.forward_compiled(hidden, residual)
         return hidden
 
-    def fuse_projections(self, q4: Mapping[str, Q4Blocks] = EMPTY_BLOCKS) -> "LlamaForCausalLM":
-        """Call after the weights are in place (load_model does); packs float32 weights for oneDNN. q4: the Q4_1
-        blocks of the weights loaded from them, by state-dict name (read_gguf_with_blocks)."""
+    def fuse_projections(self, blocks: Mapping[str, StoredBlocks] = EMPTY_BLOCKS) -> "LlamaForCausalLM":
+        """Call after the weights are in place (load_model does); packs float32 weights for oneDNN. blocks: the
+        stored blocks of the weights loaded from them, by state-dict name (read_gguf_with_blocks)."""
         pack = can_pack(self.lm_head.weight.dtype)
         for i, layer in enumerate(self.model.layers):
-            layer.self_attn.fuse(pack, _blocks_under(q4, f"model.layers.{i}.self_attn."))
-            layer.mlp.fuse(pack, _blocks_under(q4, f"model.layers.{i}.mlp."))
-        self.head = Projection(self.lm_head.weight, None, pack)
+            layer.self_attn.fuse(pack, _blocks_under(blocks, f"model.layers.{i}.self_attn."))
+            layer.mlp.fuse(pack, _blocks_under(blocks, f"model.layers.{i}.mlp."))
+        head = "model.embed_tokens.weight" if self.config.tie_word_embeddings else "lm_head.weight"
+        self.head = Projection(self.lm_head.weight, None, pack, blocks.get(head))
         config = self.config
         self.stack = build_decoder_stack(self.model.layers, config.num_heads, config.num_kv_heads, config.head_dim)
         return self
@@ -232,6 +233,6 @@ class LlamaForCausalLM(nn.Module):
         return self.lm_head(hidden).float()
 
 
-def _blocks_under(q4: Mapping[str, Q4Blocks], prefix: str) -> dict[str, Q4Blocks]:
+def _blocks_under(blocks: Mapping[str, StoredBlocks], prefix: str) -> dict[str, StoredBlocks]:
     """The blocks of the weights under a module prefix, by their linear's name ("q_proj")."""
-    return {name[len(prefix) :].removesuffix(".weight"): b for name, b in q4.items() if name.startswith(prefix)}
+    return {name[len(prefix) :].removesuffix(".weight"): b for name, b in blocks.items() if name.startswith(prefix)}

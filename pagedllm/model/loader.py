@@ -8,7 +8,7 @@ import torch
 from pagedllm.errors import ModelLoadError
 from pagedllm.model.config import ModelConfig
 from pagedllm.model.llama import LlamaForCausalLM
-from pagedllm.model.q4_blocks import EMPTY_BLOCKS, Q4Blocks
+from pagedllm.model.stored_blocks import EMPTY_BLOCKS, StoredBlocks
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16)
 # Keys some checkpoints carry that hold nothing we load (recomputed buffers).
@@ -29,8 +29,8 @@ def load_model(
         return build_model(config, state_dict, dtype, source=path, device=device), config
     from pagedllm.model.gguf_loader import read_gguf_with_blocks
 
-    config, state_dict, q4 = read_gguf_with_blocks(path)
-    return build_model(config, state_dict, dtype, source=path, device=device, q4=q4), config
+    config, state_dict, blocks = read_gguf_with_blocks(path)
+    return build_model(config, state_dict, dtype, source=path, device=device, blocks=blocks), config
 
 
 def existing_model_path(path: str | Path) -> Path:
@@ -47,10 +47,10 @@ def build_model(
     dtype: torch.dtype,
     source: Path | str = "<memory>",
     device: torch.device | str = "cpu",
-    q4: Mapping[str, Q4Blocks] = EMPTY_BLOCKS,
+    blocks: Mapping[str, StoredBlocks] = EMPTY_BLOCKS,
 ) -> LlamaForCausalLM:
     """Instantiate without allocating (meta device), then adopt the given tensors cast to `dtype` on `device`.
-    q4: the Q4_1 blocks of the weights that were stored as such (LlamaForCausalLM.fuse_projections)."""
+    blocks: the stored blocks of the weights loaded from them (LlamaForCausalLM.fuse_projections)."""
     with torch.device("meta"):
         model = LlamaForCausalLM(config)
     expected = set(model.state_dict())
@@ -66,7 +66,7 @@ def build_model(
     model.rotary.inv_freq = model.rotary.inv_freq.to(device)  # a plain tensor, not a module buffer
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
-    return model.eval().requires_grad_(False).fuse_projections(q4)
+    return model.eval().requires_grad_(False).fuse_projections(blocks)
 
 
 def _check_names(expected: set[str], found: set[str], source: Path | str) -> None:

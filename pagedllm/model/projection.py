@@ -10,9 +10,10 @@
   into tiles, for batches of up to AMX_OWN_MAX_ROWS rows (decode steps and prompt chunks), and oneDNN's
   matmul (on AMX too) over a second packing for larger ones: 1.4-2.9x the AVX512-BF16 matmul at 8-64 rows,
   about 5x on prefill-sized batches (docs/models.md). An MLP's gate/up is packed gated there too (silu(gate) * up
-  as the AMX matmul stores), and runs on the AMX matmul at every batch size. A weight loaded from Q4_1 blocks
-  (a GGUF file) is packed from those blocks as well, and small batches stream them, 320 bytes a tile against
-  the bfloat16 tile's 1 KB, expanded to the same bfloat16 values in L1 (pagedllm/csrc/amx_q4.h).
+  as the AMX matmul stores), and runs on the AMX matmul at every batch size. A weight loaded from Q4_1 or
+  Q8_0 blocks (a GGUF file) is packed from those blocks as well, and small batches stream them, 320 or 544
+  bytes a tile against the bfloat16 tile's 1 KB, expanded to the same bfloat16 values in L1
+  (pagedllm/csrc/amx_blocks.h).
 - Otherwise oneDNN, the weight reordered into the blocked layout its matmul reads (`_reorder_linear_weight`).
   A weight merely converted to oneDNN's plain layout (`to_mkldnn`) is reordered again on every call: at 32
   rows that measured 133 against 170 GFLOP/s in float32 and 228 against 310 in bfloat16.
@@ -33,7 +34,7 @@ import torch.nn.functional as F
 
 from pagedllm.kernels import load_cpu_kernels
 from pagedllm.model.dtype import has_native_bf16
-from pagedllm.model.q4_blocks import Q4Blocks
+from pagedllm.model.stored_blocks import StoredBlocks
 
 # Rows up to which pagedllm's AMX matmul runs a bfloat16 batch; oneDNN's (on AMX too) runs larger ones. On a
 # 2-core Xeon oneDNN ran some of the default model's matmuls at its one-thread rate below about 1400 rows (the
@@ -106,12 +107,12 @@ def describe_matmul(dtype: torch.dtype, device: torch.device) -> str:
 
 class Projection:
     def __init__(
-        self, weight: torch.Tensor, bias: torch.Tensor | None, pack: bool, q4: Q4Blocks | None = None
+        self, weight: torch.Tensor, bias: torch.Tensor | None, pack: bool, blocks: StoredBlocks | None = None
     ) -> None:
-        """q4: the Q4_1 blocks the weight was loaded from, if it was (see AmxWeight)."""
+        """blocks: the stored blocks the weight was loaded from, if it was (see AmxWeight)."""
         self.weight, self.bias = weight, bias  # weight: [out, in]
         amx = amx_kernels(weight, pack)
-        self._amx = AmxWeight(weight, bias, amx, q4=q4) if amx is not None else None
+        self._amx = AmxWeight(weight, bias, amx, blocks=blocks) if amx is not None else None
         self._kernels = own_matmul(weight, pack) if amx is None else None
         self._packed: torch.Tensor | None = None
         if self._amx is not None:
@@ -168,31 +169,31 @@ class AmxWeight:
         bias: torch.Tensor | None,
         kernels: ModuleType,
         gated: bool = False,
-        q4: Q4Blocks | None = None,
+        blocks: StoredBlocks | None = None,
     ) -> None:
-        """q4: the Q4_1 blocks the weight was loaded from: packed tile by tile too, and kept where every tile expands
-        to the bfloat16 weight's (the matmul then streams them for small batches: the same results)."""
+        """blocks: the stored blocks the weight was loaded from: packed tile by tile too, and kept where every tile
+        expands to the bfloat16 weight's (the matmul then streams them for small batches: the same results)."""
         self.out_features = weight.shape[0] // 2 if gated else weight.shape[0]
         self.bias, self.gated, self._kernels = bias, gated, kernels
         self._tiles = kernels.pack_amx_linear(weight.detach().contiguous(), gated=gated)
         self._onednn = None if gated else packed_weight(weight)
-        self._q4 = self._pack_q4(q4) if q4 is not None else None
+        self._blocks = self._pack_blocks(blocks) if blocks is not None else None
 
-    def _pack_q4(self, q4: Q4Blocks) -> torch.Tensor | None:
-        tiles = self._kernels.pack_amx_q4(q4.scale, q4.low, q4.codes, gated=self.gated)
-        return tiles if self._kernels.amx_q4_matches(tiles, self._tiles) else None
+    def _pack_blocks(self, blocks: StoredBlocks) -> torch.Tensor | None:
+        tiles = self._kernels.pack_amx_blocks(blocks.scale, blocks.low, blocks.codes, gated=self.gated)
+        return tiles if self._kernels.amx_blocks_match(tiles, self._tiles) else None
 
     @property
-    def streams_q4(self) -> bool:
-        """Whether small batches stream the weight's 4-bit tiles."""
-        return self._q4 is not None
+    def streams_blocks(self) -> bool:
+        """Whether small batches stream the weight's stored blocks."""
+        return self._blocks is not None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, in] -> [T, out]; gated: silu(gate) * up, [T, I]."""
         if self._onednn is not None and x.shape[0] > AMX_OWN_MAX_ROWS:
             return onednn_linear(x, self._onednn, self.bias)
         return self._kernels.amx_linear(x.contiguous(), self._tiles, self.bias, self.out_features, gated=self.gated,
-                                        q4=self._q4)  # fmt: skip
+                                        blocks=self._blocks)  # fmt: skip
 
     def float_outputs(self, x: torch.Tensor) -> torch.Tensor:
         """self(x).float() of an ungated weight; up to AMX_OWN_MAX_ROWS rows the matmul stores the float32 values of
@@ -200,19 +201,20 @@ class AmxWeight:
         if self.gated or x.shape[0] > AMX_OWN_MAX_ROWS:
             return self(x).float()
         return self._kernels.amx_linear(x.contiguous(), self._tiles, self.bias, self.out_features, float_output=True,
-                                        q4=self._q4)  # fmt: skip
+                                        blocks=self._blocks)  # fmt: skip
 
     def greedy_picks(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """See Projection.greedy_picks."""
         if self.gated or x.shape[0] > AMX_OWN_MAX_ROWS:
             return None
-        return self._kernels.amx_greedy_head(x.contiguous(), self._tiles, self.bias, self.out_features)
+        return self._kernels.amx_greedy_head(x.contiguous(), self._tiles, self.bias, self.out_features,
+                                             blocks=self._blocks)  # fmt: skip
 
     def stack_matmul(self) -> object:
         """Its AMX matmul as a kernels.StackMatmul: a stack runs it only for batches of up to AMX_OWN_MAX_ROWS (where
         every projection of a layer runs on it)."""
         return self._kernels.StackMatmul(self._tiles, self.bias, self.out_features, amx=True, gated=self.gated,
-                                         q4=self._q4)  # fmt: skip
+                                         blocks=self._blocks)  # fmt: skip
 
 
 def amx_matmul_kernels() -> ModuleType | None:
@@ -236,13 +238,13 @@ class GatedProjection:
     matmul stores its outputs; elsewhere the caller's activation is applied to the output of a Projection."""
 
     def __init__(
-        self, weight: torch.Tensor, bias: torch.Tensor | None, pack: bool, q4: Q4Blocks | None = None
+        self, weight: torch.Tensor, bias: torch.Tensor | None, pack: bool, blocks: StoredBlocks | None = None
     ) -> None:
-        """q4: the Q4_1 blocks of [gate; up], if it was loaded from them (see AmxWeight)."""
+        """blocks: the stored blocks of [gate; up], if it was loaded from them (see AmxWeight)."""
         self.intermediate = weight.shape[0] // 2
         self.bias = bias
         amx = amx_kernels(weight, pack)
-        self._amx = AmxWeight(weight, bias, amx, gated=True, q4=q4) if amx is not None else None
+        self._amx = AmxWeight(weight, bias, amx, gated=True, blocks=blocks) if amx is not None else None
         self._kernels = own_matmul(weight, pack) if amx is None else None
         if self._kernels is not None:
             self._packed = self._kernels.pack_linear(weight.detach().contiguous(), gated=True)

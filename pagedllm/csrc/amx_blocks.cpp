@@ -1,0 +1,85 @@
+#include "amx_blocks.h"
+
+#include <cstring>
+
+#include "amx_linear.h"
+#include "amx_tiles.h"
+
+namespace pagedllm {
+
+namespace {
+
+// The weight rows of panel p's 16 outputs (-1: a zero column past the weight's rows).
+void panel_rows(int64_t p, int64_t n, bool gated, int64_t* rows) {
+  for (int64_t j = 0; j < kAmxPanelCols; ++j) rows[j] = amx_panel_row(p, j, n, gated);
+}
+
+// The 16 outputs' float16 values of block s (0 for a zero column).
+void pack_scales(const uint16_t* values, const int64_t* rows, int64_t steps, int64_t s, uint8_t* out) {
+  auto* halves = reinterpret_cast<uint16_t*>(out);
+  for (int64_t j = 0; j < kAmxPanelCols; ++j) halves[j] = rows[j] < 0 ? 0 : values[rows[j] * steps + s];
+}
+
+// The code of weight row `row` at input i (0 for a zero column).
+template <typename Code>
+Code code(const Code* codes, int64_t row, int64_t k, int64_t i) {
+  return row < 0 ? Code{0} : codes[row * k + i];
+}
+
+}  // namespace
+
+void pack_amx_q4(const uint16_t* scale, const uint16_t* low, const uint8_t* codes, int64_t n, int64_t k, bool gated,
+                 uint8_t* out) {
+  const int64_t steps = k / kAmxDepth;
+  int64_t rows[kAmxPanelCols];
+  for (int64_t p = 0; p < amx_panels(n, gated); ++p) {
+    panel_rows(p, n, gated, rows);
+    for (int64_t s = 0; s < steps; ++s, out += kQ4TileBytes) {
+      pack_scales(scale, rows, steps, s, out);
+      pack_scales(low, rows, steps, s, out + kScalesBytes);
+      uint8_t* bytes = out + 2 * kScalesBytes;
+      for (int64_t r = 0; r < kAmxTileRows; ++r)
+        for (int64_t t = 0; t < kAmxPanelCols; ++t) {
+          const int64_t i = s * kAmxDepth + 2 * r + t % 2;
+          *bytes++ = (code(codes, rows[t / 2], k, i) & 15) | (code(codes, rows[8 + t / 2], k, i) & 15) << 4;
+        }
+    }
+  }
+}
+
+void pack_amx_q8(const uint16_t* scale, const int8_t* codes, int64_t n, int64_t k, bool gated, uint8_t* out) {
+  const int64_t steps = k / kAmxDepth;
+  int64_t rows[kAmxPanelCols];
+  for (int64_t p = 0; p < amx_panels(n, gated); ++p) {
+    panel_rows(p, n, gated, rows);
+    for (int64_t s = 0; s < steps; ++s, out += kQ8TileBytes) {
+      pack_scales(scale, rows, steps, s, out);
+      auto* bytes = reinterpret_cast<int8_t*>(out + kScalesBytes);
+      for (int64_t r = 0; r < kAmxTileRows; ++r, bytes += 32)
+        for (int64_t t = 0; t < kAmxPanelCols; ++t) {
+          const int64_t i = s * kAmxDepth + 2 * r + t % 2;
+          bytes[t] = code(codes, rows[t / 2], k, i);
+          bytes[16 + t] = code(codes, rows[8 + t / 2], k, i);
+        }
+    }
+  }
+}
+
+#if defined(__AVX512BF16__)
+
+bool amx_blocks_match(const uint8_t* tiles, int64_t tile_bytes, const bf16_t* panels, int64_t num_tiles) {
+  alignas(64) bf16_t tile[kAmxTileBytes / 2];
+  for (int64_t t = 0; t < num_tiles; ++t) {
+    expand_tile(tiles + t * tile_bytes, tile_bytes, tile);
+    if (std::memcmp(tile, panels + t * (kAmxTileBytes / 2), kAmxTileBytes) != 0) return false;
+  }
+  return true;
+}
+
+#else
+
+bool amx_blocks_match(const uint8_t*, int64_t, const bf16_t*, int64_t) { return false; }
+
+#endif
+
+}  // namespace pagedllm
