@@ -59,7 +59,9 @@ constexpr int64_t kItemRows = 2 * kAmxTileRows;  // rows of x per pass over an i
 constexpr int64_t kPrefetchSteps = 4;             // how far ahead a first pass requests its weight tiles
 constexpr int64_t kRowBlockBytes = 384 * 1024;    // most bytes of x rows per block of a large batch
 constexpr int64_t kBlocksAhead = 8;                // how far ahead a pass expanding block tiles requests them
-constexpr int64_t kBlocksMaxRows = 128;            // most rows of a batch that reads a weight's block tiles
+// Most rows of a batch that reads a weight's block tiles: the default model's 30 layers' projections from memory,
+// panels / blocks, 32 rows 9.4 / 6.6 ms, 128 rows 20.9 / 14.5, 256 rows 28.2 / 26.0, 512 rows 50.0 / 51.9.
+constexpr int64_t kBlocksMaxRows = 256;
 
 // The weight tiles of step `ahead` of an item (past its last step: of the next item, which follows it) into L1.
 template <int kPanels>

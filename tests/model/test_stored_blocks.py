@@ -68,7 +68,7 @@ def test_amx_matmul_streaming_block_tiles_gives_the_same_bits(kind, out_features
     assert kernels.amx_blocks_match(tiles, panels)
     outputs = out_features // 2 if gated else out_features
     bias = torch.randn(out_features).to(torch.bfloat16)
-    for rows in (1, 5, 16, 17, 32, 33, 100, 128, 129):  # up to 128 rows stream the block tiles
+    for rows in (1, 5, 16, 17, 32, 33, 100, 256, 257):  # up to 256 rows stream the block tiles
         x = torch.randn(rows, in_features).to(torch.bfloat16)
         expected = kernels.amx_linear(x, panels, bias, outputs, gated=gated)
         assert torch.equal(kernels.amx_linear(x, panels, bias, outputs, gated=gated, blocks=tiles), expected), rows
