@@ -269,8 +269,10 @@ class LLMEngine:
         from pagedllm.attention import kv_cache_bytes_per_block
 
         dtype = describe_dtype(self.config.dtype, self.dtype, self.device)
-        logger.info("device %s; dtype %s; matmul %s; attention %s", self.device, dtype,
-                    describe_matmul(self.dtype, self.device), self.runner.attention_impl)
+        streamed, packed = self.model.count_streamed_blocks()
+        blocks = f" (small batches stream the GGUF's blocks of {streamed} of {packed} weights)"
+        logger.info("device %s; dtype %s; matmul %s%s; attention %s", self.device, dtype,
+                    describe_matmul(self.dtype, self.device), blocks if streamed else "", self.runner.attention_impl)
         mc, kv = self.runner.config, self.kv  # a tensor-parallel rank's own KV heads
         per_block = kv_cache_bytes_per_block(mc.num_layers, kv.block_size, mc.num_kv_heads, mc.head_dim, self.dtype)
         logger.info(

@@ -221,6 +221,13 @@ class LlamaForCausalLM(nn.Module):
         self.stack = build_decoder_stack(self.model.layers, config.num_heads, config.num_kv_heads, config.head_dim)
         return self
 
+    def count_streamed_blocks(self) -> tuple[int, int]:
+        """(weights whose small batches stream their stored blocks, packed weights): for the startup log."""
+        packed = [self.head] + [p for layer in self.model.layers
+                                for p in (layer.self_attn.qkv, layer.self_attn.out, layer.mlp.gate_up, layer.mlp.down)]
+        packed = [p for p in packed if p is not None]
+        return sum(p.streams_blocks for p in packed), len(packed)
+
     def greedy_picks(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """hidden: [T, hidden] -> each row's greedy token and its raw logprob, from the LM head's own pass without the
         [T, vocab] logits (Projection.greedy_picks), or None where the head cannot (then compute_logits)."""

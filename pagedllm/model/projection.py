@@ -132,6 +132,11 @@ class Projection:
             return self._kernels.linear(x.contiguous(), self._packed, self.bias, self.weight.shape[0])
         return onednn_linear(x, self._packed, self.bias)
 
+    @property
+    def streams_blocks(self) -> bool:
+        """Whether small batches stream the stored blocks the weight was loaded from (AmxWeight)."""
+        return self._amx is not None and self._amx.streams_blocks
+
     def float_outputs(self, x: torch.Tensor) -> torch.Tensor:
         """self(x).float(): on the AMX matmul in the same pass as the matmul (the LM head's logits)."""
         return self._amx.float_outputs(x) if self._amx is not None else self(x).float()
@@ -259,6 +264,11 @@ class GatedProjection:
         if self._kernels is not None:
             return self._kernels.StackMatmul(self._packed, self.bias, self.intermediate, amx=False, gated=True)
         return self._projection.stack_matmul()
+
+    @property
+    def streams_blocks(self) -> bool:
+        """Whether small batches stream the stored blocks the weight was loaded from (AmxWeight)."""
+        return self._amx is not None and self._amx.streams_blocks
 
     @property
     def fused(self) -> bool:
