@@ -10,7 +10,8 @@
 // packed gated: each pair of panels is 16 outputs' gate and up columns, stored as silu(gate) * up, so that the
 // [rows, 2 I] product is never written out and read back by a separate activation. A pass's sums are stored a
 // slice per tile step of the thread's next pass, so that the stores' vector work overlaps its stream (an LM
-// head's picks 15% faster, the projections 7%: docs/models.md).
+// head's picks 15% faster, the projections 7%: docs/models.md). A weight loaded from quantized blocks may also
+// come as those blocks' tiles (amx_blocks.h), which small batches stream and expand in L1 instead.
 #include "amx_linear.h"
 
 #include <algorithm>
