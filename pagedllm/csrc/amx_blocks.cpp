@@ -9,9 +9,15 @@ namespace pagedllm {
 
 namespace {
 
-// The weight rows of panel p's 16 outputs (-1: a zero column past the weight's rows).
-void panel_rows(int64_t p, int64_t n, bool gated, int64_t* rows) {
-  for (int64_t j = 0; j < kAmxPanelCols; ++j) rows[j] = amx_panel_row(p, j, n, gated);
+// tile(rows, s, out) for each tile of a weight of n rows and k inputs, in the panels' order, `out` advancing by
+// tile_bytes: rows, the weight rows of the panel's 16 outputs (-1: a zero column past the weight's rows).
+template <typename Tile>
+void for_each_tile(int64_t n, int64_t k, bool gated, int64_t tile_bytes, uint8_t* out, const Tile& tile) {
+  int64_t rows[kAmxPanelCols];
+  for (int64_t p = 0; p < amx_panels(n, gated); ++p) {
+    for (int64_t j = 0; j < kAmxPanelCols; ++j) rows[j] = amx_panel_row(p, j, n, gated);
+    for (int64_t s = 0; s < k / kAmxDepth; ++s, out += tile_bytes) tile(rows, s, out);
+  }
 }
 
 // The 16 outputs' float16 values of block s (0 for a zero column).
@@ -31,38 +37,30 @@ Code code(const Code* codes, int64_t row, int64_t k, int64_t i) {
 void pack_amx_q4(const uint16_t* scale, const uint16_t* low, const uint8_t* codes, int64_t n, int64_t k, bool gated,
                  uint8_t* out) {
   const int64_t steps = k / kAmxDepth;
-  int64_t rows[kAmxPanelCols];
-  for (int64_t p = 0; p < amx_panels(n, gated); ++p) {
-    panel_rows(p, n, gated, rows);
-    for (int64_t s = 0; s < steps; ++s, out += kQ4TileBytes) {
-      pack_scales(scale, rows, steps, s, out);
-      pack_scales(low, rows, steps, s, out + kScalesBytes);
-      uint8_t* bytes = out + 2 * kScalesBytes;
-      for (int64_t r = 0; r < kAmxTileRows; ++r)
-        for (int64_t t = 0; t < kAmxPanelCols; ++t) {
-          const int64_t i = s * kAmxDepth + 2 * r + t % 2;
-          *bytes++ = (code(codes, rows[t / 2], k, i) & 15) | (code(codes, rows[8 + t / 2], k, i) & 15) << 4;
-        }
-    }
-  }
+  for_each_tile(n, k, gated, kQ4TileBytes, out, [&](const int64_t* rows, int64_t s, uint8_t* tile) {
+    pack_scales(scale, rows, steps, s, tile);
+    pack_scales(low, rows, steps, s, tile + kScalesBytes);
+    uint8_t* bytes = tile + 2 * kScalesBytes;
+    for (int64_t r = 0; r < kAmxTileRows; ++r)
+      for (int64_t t = 0; t < kAmxPanelCols; ++t) {
+        const int64_t i = s * kAmxDepth + 2 * r + t % 2;
+        *bytes++ = (code(codes, rows[t / 2], k, i) & 15) | (code(codes, rows[8 + t / 2], k, i) & 15) << 4;
+      }
+  });
 }
 
 void pack_amx_q8(const uint16_t* scale, const int8_t* codes, int64_t n, int64_t k, bool gated, uint8_t* out) {
   const int64_t steps = k / kAmxDepth;
-  int64_t rows[kAmxPanelCols];
-  for (int64_t p = 0; p < amx_panels(n, gated); ++p) {
-    panel_rows(p, n, gated, rows);
-    for (int64_t s = 0; s < steps; ++s, out += kQ8TileBytes) {
-      pack_scales(scale, rows, steps, s, out);
-      auto* bytes = reinterpret_cast<int8_t*>(out + kScalesBytes);
-      for (int64_t r = 0; r < kAmxTileRows; ++r, bytes += 32)
-        for (int64_t t = 0; t < kAmxPanelCols; ++t) {
-          const int64_t i = s * kAmxDepth + 2 * r + t % 2;
-          bytes[t] = code(codes, rows[t / 2], k, i);
-          bytes[16 + t] = code(codes, rows[8 + t / 2], k, i);
-        }
-    }
-  }
+  for_each_tile(n, k, gated, kQ8TileBytes, out, [&](const int64_t* rows, int64_t s, uint8_t* tile) {
+    pack_scales(scale, rows, steps, s, tile);
+    auto* bytes = reinterpret_cast<int8_t*>(tile + kScalesBytes);
+    for (int64_t r = 0; r < kAmxTileRows; ++r, bytes += 32)
+      for (int64_t t = 0; t < kAmxPanelCols; ++t) {
+        const int64_t i = s * kAmxDepth + 2 * r + t % 2;
+        bytes[t] = code(codes, rows[t / 2], k, i);
+        bytes[16 + t] = code(codes, rows[8 + t / 2], k, i);
+      }
+  });
 }
 
 #if defined(__AVX512BF16__)
