@@ -22,30 +22,12 @@ _MMAP_THRESHOLD_MAX = 32 << 20  # glibc's upper limit on 64-bit hosts
 _TRIM_THRESHOLD = 2**31 - 1  # the largest mallopt takes (an int): trim only past 2 GiB of free heap top
 
 
-def _libc_function(name: str):
-    """glibc's function `name`, or None where the C library has none (not glibc)."""
-    try:
-        return getattr(ctypes.CDLL(ctypes.util.find_library("c")), name)
-    except (OSError, AttributeError, TypeError):
-        return None
-
-
-def release_freed_memory() -> bool:
-    """Hand the heap's free pages back to the OS (glibc's malloc_trim), once, before the steps start: loading a
-    model leaves what it freed in the heap (float32 weights before the cast, a GGUF's unpacked stored blocks),
-    about 200-300 MB for the default model in bfloat16. False where the C library has no malloc_trim."""
-    malloc_trim = _libc_function("malloc_trim")
-    if malloc_trim is None:
-        return False
-    malloc_trim.argtypes, malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
-    malloc_trim(0)
-    return True
-
-
 def keep_freed_memory() -> bool:
     """Set glibc's malloc to reuse freed step buffers; False where the C library has no mallopt (not glibc)."""
-    mallopt = _libc_function("mallopt")
-    if mallopt is None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        mallopt = libc.mallopt
+    except (OSError, AttributeError, TypeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     applied = mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX) == 1 and mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD) == 1

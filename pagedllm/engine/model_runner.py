@@ -16,7 +16,7 @@ from pagedllm.attention import AttentionMetadata, allocate_kv_caches, copy_block
 from pagedllm.attention.compiled import compiled_copy_blocks
 from pagedllm.config import parse_memory_size  # noqa: F401  (one parser for the whole project; re-exported)
 from pagedllm.engine.device import current, to_device_packed
-from pagedllm.engine.host_memory import keep_freed_memory, release_freed_memory
+from pagedllm.engine.host_memory import keep_freed_memory
 from pagedllm.errors import InvalidInputError
 from pagedllm.engine.step_logits import StepLogits
 from pagedllm.engine.step_tensors import SeqInput, StepTensors
@@ -52,7 +52,6 @@ class ModelRunner:
         )
         self.graphs: "DecodeGraphs | None" = None  # CUDA graphs of decode-only steps, once capture_graphs() ran
         if self.device.type == "cpu":  # every CPU engine and tensor-parallel rank steps through a runner
-            release_freed_memory()
             keep_freed_memory()
 
     def capture_graphs(self, max_num_seqs: int, max_model_len: int) -> None:

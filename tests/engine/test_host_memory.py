@@ -1,12 +1,11 @@
-"""keep_freed_memory: a step's freed buffers are reused, not faulted in again from the OS every step;
-release_freed_memory: what loading left free in the heap goes back to the OS."""
+"""keep_freed_memory: a step's freed buffers are reused, not faulted in again from the OS every step."""
 
 import sys
 
 import pytest
 import torch
 
-from pagedllm.engine.host_memory import keep_freed_memory, minor_page_faults, release_freed_memory
+from pagedllm.engine.host_memory import keep_freed_memory, minor_page_faults
 
 
 def _layer_like_step(weights: list[torch.Tensor], rows: int) -> None:
@@ -31,20 +30,3 @@ def test_steps_after_the_first_reuse_freed_buffers_without_page_faults():
         _layer_like_step(weights, 2048)
     # with glibc's defaults each of these steps faulted 13,000-28,000 pages in again (measured)
     assert minor_page_faults() - before < 10_000
-
-
-def _resident_mib() -> float:
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS")) / 1024
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="malloc_trim is glibc's (Linux)")
-def test_memory_freed_while_loading_goes_back_to_the_os():
-    assert keep_freed_memory()  # as during steps: freed buffers of a few MiB stay in the heap
-    buffers = [torch.ones(1 << 18) for _ in range(256)]  # 256 MiB in 1 MiB buffers, like a load's temporaries
-    held = _resident_mib()
-    del buffers
-    assert _resident_mib() > held - 64  # freed, but still the process's
-    assert release_freed_memory()
-    assert _resident_mib() < held - 192
-
