@@ -344,10 +344,7 @@ torch::Tensor pack_amx_blocks_op(const torch::Tensor& scale, const c10::optional
   return out;
 }
 
-namespace {
-
-// Block tiles (or none) from pack_amx_blocks of the weight whose pack_amx_linear panels are `panels`.
-BlockTiles check_blocks(const c10::optional<torch::Tensor>& blocks, const torch::Tensor& panels) {
+BlockTiles block_tiles(const c10::optional<torch::Tensor>& blocks, const torch::Tensor& panels) {
   if (!blocks) return {};
   check_cpu(*blocks, "blocks");
   TORCH_CHECK(blocks->scalar_type() == torch::kUInt8 && blocks->is_contiguous() && blocks->dim() == 3 &&
@@ -357,12 +354,10 @@ BlockTiles check_blocks(const c10::optional<torch::Tensor>& blocks, const torch:
   return {blocks->data_ptr<uint8_t>(), blocks->size(2)};
 }
 
-}  // namespace
-
 bool amx_blocks_match_op(const torch::Tensor& blocks, const torch::Tensor& panels) {
   check_cpu(panels, "panels");
   TORCH_CHECK(is_bf16(panels) && panels.is_contiguous() && panels.dim() == 4, "panels must come from pack_amx_linear");
-  const BlockTiles tiles = check_blocks(blocks, panels);
+  const BlockTiles tiles = block_tiles(blocks, panels);
   return amx_blocks_match(tiles.data, tiles.tile_bytes, static_cast<const bf16_t*>(panels.data_ptr()),
                           panels.size(0) * panels.size(1));
 }
@@ -388,7 +383,7 @@ torch::Tensor amx_linear_op(const torch::Tensor& x, const torch::Tensor& panels,
                             int64_t out_features, bool gated, bool float_output,
                             const c10::optional<torch::Tensor>& blocks) {
   check_amx_operands(x, panels, bias, out_features, gated);
-  const BlockTiles tiles = check_blocks(blocks, panels);
+  const BlockTiles tiles = block_tiles(blocks, panels);
   const int64_t k = x.size(1);
   const auto out_dtype = float_output ? torch::kFloat32 : torch::kBFloat16;
   torch::Tensor y = torch::empty({x.size(0), out_features}, x.options().dtype(out_dtype));
@@ -409,7 +404,7 @@ std::tuple<torch::Tensor, torch::Tensor> amx_greedy_head_op(const torch::Tensor&
                                                             int64_t out_features,
                                                             const c10::optional<torch::Tensor>& blocks) {
   check_amx_operands(x, panels, bias, out_features, false);
-  const BlockTiles tiles = check_blocks(blocks, panels);
+  const BlockTiles tiles = block_tiles(blocks, panels);
   auto argmax = torch::empty({x.size(0)}, x.options().dtype(torch::kInt64));
   auto logprob = torch::empty({x.size(0)}, x.options().dtype(torch::kFloat32));
   if (x.size(0) == 0) return {argmax, logprob};

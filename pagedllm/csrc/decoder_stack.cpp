@@ -6,7 +6,6 @@
 
 #include <type_traits>
 
-#include "amx_blocks.h"
 #include "amx_linear.h"
 #include "layer_ops.h"
 #include "linear.h"
@@ -69,12 +68,10 @@ void DecoderStack::add_layer(torch::Tensor input_norm, torch::Tensor post_norm, 
     TORCH_CHECK(m->panels.scalar_type() == dtype && m->panels.is_contiguous() &&
                     (!m->amx || dtype == torch::kBFloat16) &&
                     (!m->bias || (m->bias->scalar_type() == dtype && m->bias->is_contiguous())) &&
-                    (!m->blocks || (m->amx && m->blocks->scalar_type() == torch::kUInt8 &&
-                                    m->blocks->is_contiguous() && m->blocks->dim() == 3 &&
-                                    m->blocks->size(0) == m->panels.size(0) && m->blocks->size(1) == m->panels.size(1) &&
-                                    (m->blocks->size(2) == kQ4TileBytes || m->blocks->size(2) == kQ8TileBytes))),
-                "a projection's packed weight and bias must be contiguous and of the norms' dtype (block tiles: from "
-                "pack_amx_blocks, for an AMX weight)");
+                    (!m->blocks || m->amx),
+                "a projection's packed weight and bias must be contiguous and of the norms' dtype (block tiles: for "
+                "an AMX weight)");
+  for (const StackMatmul* m : {&qkv, &out, &gate_up, &down}) block_tiles(m->blocks, m->panels);
   if (!layers_.empty()) {  // forward sizes its buffers by the first layer
     const StackLayer& first = layers_[0];
     TORCH_CHECK(dtype == first.input_norm.scalar_type() && hidden == first.input_norm.numel() &&

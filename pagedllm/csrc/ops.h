@@ -4,6 +4,7 @@
 
 #include <torch/extension.h>
 
+#include "amx_linear.h"
 #include "cache_ops.h"
 #include "paged_attention.h"
 
@@ -29,6 +30,8 @@ void rotary_op(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& s
 torch::Tensor silu_mul_op(const torch::Tensor& x);
 torch::Tensor linear_op(const torch::Tensor& x, const torch::Tensor& panels, const c10::optional<torch::Tensor>& bias,
                         int64_t out_features, bool gated);
+// Block tiles from pack_amx_blocks of the weight whose pack_amx_linear panels are `panels`, checked (none: none).
+BlockTiles block_tiles(const c10::optional<torch::Tensor>& blocks, const torch::Tensor& panels);
 torch::Tensor amx_linear_op(const torch::Tensor& x, const torch::Tensor& panels,
                             const c10::optional<torch::Tensor>& bias, int64_t out_features, bool gated,
                             bool float_output = false, const c10::optional<torch::Tensor>& blocks = c10::nullopt);

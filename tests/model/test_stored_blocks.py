@@ -111,6 +111,34 @@ def test_blocks_that_do_not_give_the_weight_are_not_streamed():
 
 
 @needs_amx
+def test_decoder_stack_refuses_block_tiles_of_another_weight():
+    kernels = amx_matmul_kernels()
+    hidden, heads, kv_heads, head_dim = 64, 2, 1, 32
+
+    def matmul(out: int, features: int, gated: bool = False, blocks_rows: int | None = None, amx: bool = True):
+        blocks, weight = stored("q4_1", out, features)
+        tiles = None
+        if blocks_rows is not None:  # the tiles of a weight with blocks_rows rows
+            other = stored("q4_1", blocks_rows, features)[0]
+            tiles = kernels.pack_amx_blocks(other.scale, other.low, other.codes, gated=gated)
+        weight = weight.to(torch.bfloat16)
+        panels = kernels.pack_amx_linear(weight, gated=gated) if amx else kernels.pack_linear(weight, gated)
+        return kernels.StackMatmul(panels, None, out // 2 if gated else out, amx=amx, gated=gated, blocks=tiles)
+
+    def add_layer(out_projection) -> None:
+        norm = torch.ones(hidden).to(torch.bfloat16)
+        stack = kernels.DecoderStack(heads, kv_heads, head_dim, 1e-5, head_dim**-0.5)
+        stack.add_layer(norm, norm, matmul((heads + 2 * kv_heads) * head_dim, hidden), out_projection,
+                        matmul(2 * hidden, hidden, gated=True), matmul(hidden, hidden))  # fmt: skip
+
+    add_layer(matmul(hidden, heads * head_dim, blocks_rows=hidden))  # its own weight's tiles: accepted
+    with pytest.raises(RuntimeError, match="pack_amx_blocks"):
+        add_layer(matmul(hidden, heads * head_dim, blocks_rows=2 * hidden))
+    with pytest.raises(RuntimeError, match="for an AMX weight"):
+        add_layer(matmul(hidden, heads * head_dim, blocks_rows=hidden, amx=False))
+
+
+@needs_amx
 @pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q8_0])
 def test_quantized_gguf_model_streams_its_blocks_with_the_same_logits(tmp_path, qtype):
     hf = make_hf_model("llama", tie_word_embeddings=True)
