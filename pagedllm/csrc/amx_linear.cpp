@@ -118,23 +118,35 @@ void store_gated_row(const float* gate, const float* up, const bf16_t* bias, int
 
 using Sums = float[4][kAmxTileRows * kAmxPanelCols];
 
-// Where a pass finds an item's weight tiles: `panel`, its first panel (the next panel_bytes on), in the bfloat16
-// panels or in the thread's buffer. A first pass over the item either requests the panels' tiles ahead
-// (`prefetch`) or, where `blocks` is set (the item's first panel in one of amx_blocks.h's forms, the next
-// blocks_panel_bytes on), expands them into the buffer two steps ahead of their products, so that the stores are
-// done when the tile loads read them back.
+// Where a pass finds an item's weight tiles: tile(j, s) is panel j's tile of step s, in the bfloat16 panels or in the
+// thread's buffer. A first pass over the item either requests the panels' tiles ahead (`prefetch`) or, where
+// `blocks` is set (the item's first panel in one of amx_blocks.h's forms, the next blocks_panel_bytes on), expands
+// them into the buffer two steps ahead of their products, so that the stores are done when the tile loads read them
+// back. An item's only pass (batches of up to 32 rows) expands into a ring of kRingSteps steps, which stays in L1;
+// the whole item's tiles, kept for a batch's later passes over them, did not (a decode step's tile loads then read
+// them from L2, and the expansion's stores waited for their lines).
 struct ItemWeights {
   const char* panel;
-  int64_t panel_bytes;
+  int64_t panel_bytes;  // from one panel's tiles to the next's
   bool prefetch = false;
   const uint8_t* blocks = nullptr;
   int64_t tile_bytes = 0, blocks_panel_bytes = 0;
+  int64_t step_bytes = kAmxTileBytes, step_mask = -1;  // step s's tiles at (s & step_mask) * step_bytes
+
+  static constexpr int64_t kRingSteps = 4;  // steps s - 1 (read), s, s + 1 and s + 2 (being expanded)
+
+  // The tiles of an item's only pass, expanded from its blocks into a ring in buffer.
+  static ItemWeights ring(char* buffer, const uint8_t* blocks, int64_t tile_bytes, int64_t blocks_panel_bytes) {
+    return {buffer, kAmxTileBytes, false, blocks, tile_bytes, blocks_panel_bytes, 2 * kAmxTileBytes, kRingSteps - 1};
+  }
+
+  const char* tile(int64_t j, int64_t s) const { return panel + (s & step_mask) * step_bytes + j * panel_bytes; }
 
   template <int kPanels>
   void expand(int64_t s) const {
     for (int64_t j = 0; j < kPanels; ++j)
       expand_tile(blocks + j * blocks_panel_bytes + s * tile_bytes, tile_bytes,
-                  reinterpret_cast<bf16_t*>(const_cast<char*>(panel) + j * panel_bytes + s * kAmxTileBytes));
+                  reinterpret_cast<bf16_t*>(const_cast<char*>(tile(j, s))));
   }
 
   // Before step s's products: its tiles in place, and the requests for the tiles to come.
@@ -161,8 +173,6 @@ struct ItemWeights {
 template <int kRows, int kPanels, typename During>
 void multiply_tiles(const char* x0, const char* x1, int64_t x_stride, int64_t steps, const ItemWeights& w, Sums& sums,
                     const During& during) {
-  const char* panel = w.panel;
-  const int64_t panel_bytes = w.panel_bytes;
   _tile_zero(0);
   if constexpr (kPanels > 1) _tile_zero(1);
   if constexpr (kRows > 1) _tile_zero(2);
@@ -170,10 +180,10 @@ void multiply_tiles(const char* x0, const char* x1, int64_t x_stride, int64_t st
   for (int64_t s = 0; s < steps; ++s) {
     w.prepare<kPanels>(s, steps);
     _tile_loadd(4, x0 + s * kAmxDepth * 2, x_stride);
-    _tile_loadd(6, panel + s * kAmxTileBytes, 64);
+    _tile_loadd(6, w.tile(0, s), 64);
     _tile_dpbf16ps(0, 4, 6);
     if constexpr (kPanels > 1) {
-      _tile_loadd(7, panel + panel_bytes + s * kAmxTileBytes, 64);
+      _tile_loadd(7, w.tile(1, s), 64);
       _tile_dpbf16ps(1, 4, 7);
     }
     if constexpr (kRows > 1) {
@@ -258,9 +268,12 @@ void multiply_rows(const bf16_t* x, int64_t row_begin, int64_t m, int64_t k, con
       const int64_t panel0 = 2 * item, item_panels = std::min<int64_t>(2, num_panels - panel0);
       for (int64_t row0 = 0; row0 < m; row0 += kItemRows) {
         ItemWeights w{base + panel0 * panel_bytes, panel_bytes, row0 == 0};
-        if (blocks.data != nullptr)
-          w = {expanded, panel_bytes, false, row0 == 0 ? blocks.data + panel0 * blocks_panel_bytes : nullptr,
-               blocks.tile_bytes, blocks_panel_bytes};
+        if (blocks.data != nullptr) {
+          const uint8_t* item_blocks = blocks.data + panel0 * blocks_panel_bytes;
+          w = m <= kItemRows ? ItemWeights::ring(expanded, item_blocks, blocks.tile_bytes, blocks_panel_bytes)
+                             : ItemWeights{expanded, panel_bytes, false, row0 == 0 ? item_blocks : nullptr,
+                                           blocks.tile_bytes, blocks_panel_bytes};
+        }
         const int64_t rows = std::min(kItemRows, m - row0), row_tiles = (rows + kAmxTileRows - 1) / kAmxTileRows;
         int64_t stored = 0;
         auto store_slice = [&](int64_t s) {  // the waiting pass's rows up to step s's share of them
