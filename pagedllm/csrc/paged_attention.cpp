@@ -275,6 +275,21 @@ WorkList make_work(const PagedAttentionArgs& a, int64_t rows_per_tile) {
   return w;
 }
 
+// The batch's work list as a.work holds it, made now where no call with these args made it yet.
+struct MadeWork {
+  int64_t rows_per_tile;
+  WorkList list;
+};
+
+std::shared_ptr<const MadeWork> work_for(const PagedAttentionArgs& a, int64_t rows_per_tile) {
+  auto made = std::static_pointer_cast<const MadeWork>(a.work);
+  if (made == nullptr || made->rows_per_tile != rows_per_tile) {
+    made = std::make_shared<const MadeWork>(MadeWork{rows_per_tile, make_work(a, rows_per_tile)});
+    a.work = made;
+  }
+  return made;
+}
+
 // Scratch rows are whole 64-byte lines: malloc's 16-byte alignment let every vector load of a row straddle
 // two cache lines or not depending on where the heap put the buffer, which moved the kernel's prefill
 // time by 10-16% from one build to the next.
@@ -373,7 +388,8 @@ class Kernel {
         value_offset_(a.num_kv_heads * a.num_blocks * a.block_size * kDim) {}
 
   void run() {
-    const WorkList w = make_work(a_, kTiles ? kAmxRowsPerTile : kRowsPerTile);
+    const std::shared_ptr<const MadeWork> made = work_for(a_, kTiles ? kAmxRowsPerTile : kRowsPerTile);
+    const WorkList& w = made->list;
     const int64_t slot_stride = w.max_rows * (kDim + 2);
     // not zeroed: every row a merge reads was written by its part (zeroing it was 0.5-1% of a step)
     const std::unique_ptr<float[]> partials(new float[w.num_slots * slot_stride]);

@@ -62,10 +62,11 @@ def steps() -> list[list[SeqInput]]:
     return batches
 
 
-def run(model_and_config, dtype: torch.dtype) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def run(model_and_config, dtype: torch.dtype, batches: list[list[SeqInput]] | None = None):
+    """(each step's logits, the KV caches after the last)."""
     model, config = model_and_config
     runner = ModelRunner(model, config, num_blocks=64, block_size=16, dtype=dtype, attention_impl="compiled")
-    return [runner.execute(step) for step in steps()], runner.kv_caches
+    return [runner.execute(step) for step in batches or steps()], runner.kv_caches
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -81,6 +82,29 @@ def test_stack_gives_the_python_loops_logits_and_kv(model_dir, dtype: torch.dtyp
         assert torch.equal(got, expected)
     for got, expected in zip(caches, expected_caches, strict=True):
         assert torch.equal(got, expected)
+
+
+def shared_prefix_steps() -> list[list[SeqInput]]:
+    """A 64-token prompt, then a second sequence whose table starts with its four blocks (a prefix-cache hit),
+    then decodes of both: the kernel attends their common prefix once for both (shared-prefix parts), in every
+    layer of the stack's one call."""
+    prefix = [(7 * i) % 250 + 3 for i in range(64)]
+    table_a, table_b = [10, 11, 12, 13, 14], [10, 11, 12, 13, 20]
+    batches = [[SeqInput(prefix + [5, 6], 0, table_a)], [SeqInput([42], 66, table_a), SeqInput([8, 9, 10], 64, table_b)]]
+    for i in range(4):
+        batches.append([SeqInput([100 + i], 67 + i, table_a), SeqInput([200 + i], 67 + i, table_b)])
+    return batches
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_stack_attends_a_shared_prefix_as_the_python_loop_does(model_dir, dtype: torch.dtype) -> None:
+    with_stack, without = load(model_dir, dtype), load(model_dir, dtype)
+    counting = CountingStack(with_stack[0].stack)
+    with_stack[0].stack, without[0].stack = counting, None
+    got, expected = run(with_stack, dtype, shared_prefix_steps()), run(without, dtype, shared_prefix_steps())
+    assert counting.calls == 4
+    for logits, expected_logits in zip(got[0], expected[0], strict=True):
+        assert torch.equal(logits, expected_logits)
 
 
 def test_stack_covers_what_its_matmuls_run(model_dir) -> None:
