@@ -223,6 +223,31 @@ std::tuple<torch::Tensor, torch::Tensor> greedy_summary_op(const torch::Tensor& 
   return {argmax, log_z};
 }
 
+// logits [rows, vocab] float32 with contiguous rows, temperature [rows] float32 > 0, u [rows] float64 in [0, 1) ->
+// token int64 [rows] (-1 where a row has a NaN or no finite maximum).
+torch::Tensor categorical_sample_op(const torch::Tensor& logits, const torch::Tensor& temperature,
+                                    const torch::Tensor& u) {
+  check_cpu(logits, "logits");
+  check_cpu(temperature, "temperature");
+  check_cpu(u, "u");
+  TORCH_CHECK(logits.scalar_type() == torch::kFloat32 && logits.dim() == 2 && logits.stride(1) == 1,
+              "logits must be a float32 [rows, vocab] tensor with contiguous rows");
+  TORCH_CHECK(logits.size(1) > 0, "logits must have at least one column");
+  const int64_t rows = logits.size(0);
+  TORCH_CHECK(temperature.scalar_type() == torch::kFloat32 && temperature.dim() == 1 &&
+                  temperature.size(0) == rows && temperature.is_contiguous(),
+              "temperature must be a contiguous float32 [rows] tensor");
+  TORCH_CHECK(u.scalar_type() == torch::kFloat64 && u.dim() == 1 && u.size(0) == rows && u.is_contiguous(),
+              "u must be a contiguous float64 [rows] tensor");
+  TORCH_CHECK(rows == 0 || (temperature.gt(0).all().item<bool>() && u.ge(0).all().item<bool>() &&
+                            u.lt(1).all().item<bool>()),
+              "temperature must be positive and u in [0, 1)");
+  auto token = torch::empty({rows}, logits.options().dtype(torch::kInt64));
+  categorical_draws(logits.data_ptr<float>(), logits.stride(0), rows, logits.size(1), temperature.data_ptr<float>(),
+                    u.data_ptr<double>(), token.data_ptr<int64_t>());
+  return token;
+}
+
 torch::Tensor silu_mul_op(const torch::Tensor& x) {
   check_float(x, "x");
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.size(1) % 2 == 0, "x must be contiguous [rows, 2 * width]");
@@ -434,6 +459,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rotary", &pagedllm::rotary_op, "rotary embedding in place");
   m.def("silu_mul", &pagedllm::silu_mul_op, "silu(gate) * up of [rows, 2 * width]");
   m.def("greedy_summary", &pagedllm::greedy_summary_op, "per row of float32 logits: first argmax, logsumexp");
+  m.def("categorical_sample", &pagedllm::categorical_sample_op, "per row of float32 logits: an inverse-CDF draw "
+        "from softmax(logits / temperature) at u (-1 where the row has a NaN or no finite maximum)",
+        py::arg("logits"), py::arg("temperature"), py::arg("u"));
   m.def("has_linear_kernel", &pagedllm::has_linear_kernel_op, "whether this build has the linear kernel for "
         "float32 (False) or bfloat16 (True)", py::arg("bfloat16"));
   m.def("pack_linear", &pagedllm::pack_linear_op, "an [out, in] weight packed for linear (gated: an MLP's "

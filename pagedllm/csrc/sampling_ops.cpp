@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "parallel.h"
 #include "vec.h"
@@ -62,7 +63,81 @@ float sum_exp(const float* x, int64_t vocab, float top) {
   return total;
 }
 
+// Keys of the draw are summed in runs of kRunLength: the scan for a row's token walks the runs' sums, and only the
+// run it lands in again key by key (each exponential computed twice at most, never stored).
+constexpr int64_t kRunLength = 4 * kLanes;
+
+// x[j] / t (the same division as torch's `logits / temperature`) for the 16 keys from j.
+fvec scaled(const float* x, int64_t j, float t) { return loadv(x + j) / t; }
+
+// The largest scaled logit, NaN if any is NaN.
+float scaled_max(const float* x, int64_t vocab, float t) {
+  const int64_t whole = vocab / kLanes * kLanes;
+  fvec best = splat(kNegInf);
+  ivec nan{};
+  for (int64_t j = 0; j < whole; j += kLanes) {
+    const fvec v = scaled(x, j, t);
+    best = vmax(best, v);
+    nan |= v != v;
+  }
+  float top = reduce_max(best);
+  bool seen_nan = false;
+  for (int64_t i = 0; i < kLanes; ++i) seen_nan |= nan[i] != 0;
+  for (int64_t j = whole; j < vocab; ++j) {
+    const float v = x[j] / t;
+    top = std::max(top, v);
+    seen_nan |= v != v;
+  }
+  return seen_nan ? std::numeric_limits<float>::quiet_NaN() : top;
+}
+
+// Sum of e^(x[j] / t - top) over keys [begin, end), in float64 from each vector's float32 sum.
+double run_sum(const float* x, int64_t begin, int64_t end, float t, float top) {
+  fvec sum{};
+  int64_t j = begin;
+  for (; j + kLanes <= end; j += kLanes) sum += fast_exp(scaled(x, j, t) - top);
+  double total = reduce_add(sum);
+  for (; j < end; ++j) total += fast_exp(x[j] / t - top);
+  return total;
+}
+
+int64_t draw_row(const float* x, int64_t vocab, float t, double u, std::vector<double>& runs) {
+  const float top = scaled_max(x, vocab, t);
+  if (!std::isfinite(top)) return -1;
+  const int64_t num_runs = (vocab + kRunLength - 1) / kRunLength;
+  runs.resize(num_runs);
+  double total = 0.0;
+  for (int64_t r = 0; r < num_runs; ++r) {
+    runs[r] = run_sum(x, r * kRunLength, std::min(vocab, (r + 1) * kRunLength), t, top);
+    total += runs[r];
+  }
+  // strictly below the total, as the torch path clamps it, so that some key with a probability above 0 is reached
+  const double target = std::min(u * total, std::nextafter(total, 0.0));
+  double before = 0.0;
+  int64_t r = 0;
+  while (r + 1 < num_runs && before + runs[r] <= target) before += runs[r++];
+  // the run's keys one by one; float rounding may leave the target just past the run's own sum: then its last key
+  // with a probability above 0
+  int64_t last = -1;
+  for (int64_t j = r * kRunLength; j < std::min(vocab, (r + 1) * kRunLength); ++j) {
+    const double p = fast_exp(x[j] / t - top);
+    if (p <= 0.0) continue;
+    last = j;
+    before += p;
+    if (before > target) return j;
+  }
+  return last;
+}
+
 }  // namespace
+
+void categorical_draws(const float* logits, int64_t stride, int64_t rows, int64_t vocab, const float* temperature,
+                       const double* u, int64_t* token) {
+  parallel_chunks(rows, 1, [&](int64_t begin, int64_t end) {
+    std::vector<double> runs;
+    for (int64_t r = begin; r < end; ++r) token[r] = draw_row(logits + r * stride, vocab, temperature[r], u[r], runs);
+  });
+}
 
 void greedy_summary(const float* logits, int64_t stride, int64_t rows, int64_t vocab, int64_t* argmax, float* log_z) {
   parallel_chunks(rows, 1, [&](int64_t begin, int64_t end) {

@@ -10,4 +10,10 @@ namespace pagedllm {
 // log_z, so that the caller can take another path for it.
 void greedy_summary(const float* logits, int64_t stride, int64_t rows, int64_t vocab, int64_t* argmax, float* log_z);
 
+// Per row: a draw from softmax(logits / temperature[r]) by inverse CDF, token[r] the first index whose running sum of
+// probabilities passes u[r] (in [0, 1)) times the row's total, as the sampler's torch path finds it. A row whose
+// scaled logits hold a NaN or have no finite maximum gets -1, so that the caller can take another path for it.
+void categorical_draws(const float* logits, int64_t stride, int64_t rows, int64_t vocab, const float* temperature,
+                       const double* u, int64_t* token);
+
 }  // namespace pagedllm

@@ -176,10 +176,39 @@ def _index(idx: list[int], like: torch.Tensor) -> torch.Tensor:
 
 
 def _sample_random(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
-    """logits: [M, V] of non-greedy rows -> [M] token ids."""
-    logits = logits / _column(rows, list(range(len(rows))), "temperature", logits)
-    probs = _truncated_probs(logits, rows)
-    return _inverse_cdf(probs, _uniforms(rows, probs.device))
+    """logits: [M, V] of non-greedy rows -> [M] token ids. Each row draws one uniform and takes its token by
+    inverse CDF: in the compiled kernel where it can (_compiled_draws), else with torch's ops."""
+    u = _uniforms(rows, logits.device)
+    tokens = _compiled_draws(logits, rows, u)
+    rest = [i for i, token in enumerate(tokens.tolist()) if token < 0]
+    if rest:
+        picked, rest_rows = _index(rest, logits), [rows[i] for i in rest]
+        scaled = logits[picked] / _column(rest_rows, list(range(len(rest_rows))), "temperature", logits)
+        tokens[picked] = _inverse_cdf(_truncated_probs(scaled, rest_rows), u[picked])
+    return tokens
+
+
+def _compiled_draws(logits: torch.Tensor, rows: list[SamplingRow], u: torch.Tensor) -> torch.Tensor:
+    """[M] tokens of the rows that only scale their logits by a temperature (no top-k, top-p or min-p), drawn on
+    the CPU by the compiled kernel in one pass over each row where torch's softmax, float64 cumsum and search
+    took 4-10 ms for [32, 49152] (docs/engine.md); -1 for the other rows, for a row the kernel refuses (a NaN, no
+    finite maximum) and everywhere without the kernels. Which path a row takes depends on its own params and
+    logits only, so a seeded row's tokens still do not depend on its neighbours."""
+    tokens = torch.full((len(rows),), -1, dtype=torch.long, device=logits.device)
+    kernels = load_cpu_kernels() if logits.device.type == "cpu" and logits.stride(1) == 1 else None
+    plain = [i for i, r in enumerate(rows) if not _truncates(r.params)]
+    if kernels is None or not plain:
+        return tokens
+    temperature = torch.tensor([rows[i].params.temperature for i in plain], dtype=torch.float32)
+    if len(plain) == len(rows):
+        return kernels.categorical_sample(logits, temperature, u)
+    picked = _index(plain, logits)
+    tokens[picked] = kernels.categorical_sample(logits[picked], temperature, u[picked])
+    return tokens
+
+
+def _truncates(params: SamplingParams) -> bool:
+    return params.top_k > 0 or params.top_p < 1.0 or params.min_p > 0.0
 
 
 def _truncated_probs(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
@@ -248,7 +277,8 @@ def _inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     total = cdf[:, -1:]
     # strictly below the total, so a slot past it always exists; it has probability > 0 (cdf rises there)
     target = torch.minimum(u[:, None] * total, torch.nextafter(total, torch.zeros_like(total)))
-    return torch.searchsorted(cdf, target, right=True).squeeze(1)
+    # a row holding a NaN has no such slot (every comparison fails): its last token rather than one past the end
+    return torch.searchsorted(cdf, target, right=True).squeeze(1).clamp_(max=probs.shape[1] - 1)
 
 
 def _results(raw: torch.Tensor, log_z: torch.Tensor, tokens: torch.Tensor, rows: list[SamplingRow]) -> list[SampleResult]:
