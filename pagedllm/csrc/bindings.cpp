@@ -223,28 +223,39 @@ std::tuple<torch::Tensor, torch::Tensor> greedy_summary_op(const torch::Tensor& 
   return {argmax, log_z};
 }
 
-// logits [rows, vocab] float32 with contiguous rows, temperature [rows] float32 > 0, u [rows] float64 in [0, 1) ->
-// token int64 [rows] (-1 where a row has a NaN or no finite maximum).
+// logits [rows, vocab] float32 with contiguous rows; per row temperature (float32 > 0), top_k (int64 >= 0), top_p
+// (float32 in (0, 1]), min_p (float32 in [0, 1]) and u (float64 in [0, 1)) -> token int64 [rows] (-1 where a row
+// has a NaN or no finite maximum).
 torch::Tensor categorical_sample_op(const torch::Tensor& logits, const torch::Tensor& temperature,
+                                    const torch::Tensor& top_k, const torch::Tensor& top_p, const torch::Tensor& min_p,
                                     const torch::Tensor& u) {
   check_cpu(logits, "logits");
-  check_cpu(temperature, "temperature");
-  check_cpu(u, "u");
   TORCH_CHECK(logits.scalar_type() == torch::kFloat32 && logits.dim() == 2 && logits.stride(1) == 1,
               "logits must be a float32 [rows, vocab] tensor with contiguous rows");
-  TORCH_CHECK(logits.size(1) > 0, "logits must have at least one column");
+  TORCH_CHECK(logits.size(1) > 0 && logits.size(1) <= std::numeric_limits<int32_t>::max(),
+              "logits must have between 1 and 2^31 - 1 columns");
   const int64_t rows = logits.size(0);
-  TORCH_CHECK(temperature.scalar_type() == torch::kFloat32 && temperature.dim() == 1 &&
-                  temperature.size(0) == rows && temperature.is_contiguous(),
-              "temperature must be a contiguous float32 [rows] tensor");
-  TORCH_CHECK(u.scalar_type() == torch::kFloat64 && u.dim() == 1 && u.size(0) == rows && u.is_contiguous(),
-              "u must be a contiguous float64 [rows] tensor");
-  TORCH_CHECK(rows == 0 || (temperature.gt(0).all().item<bool>() && u.ge(0).all().item<bool>() &&
-                            u.lt(1).all().item<bool>()),
-              "temperature must be positive and u in [0, 1)");
+  auto check_column = [&](const torch::Tensor& t, torch::ScalarType dtype, const char* name) {
+    check_cpu(t, name);
+    TORCH_CHECK(t.scalar_type() == dtype && t.dim() == 1 && t.size(0) == rows && t.is_contiguous(), name,
+                " must be a contiguous ", c10::toString(dtype), " tensor of one value per row");
+  };
+  check_column(temperature, torch::kFloat32, "temperature");
+  check_column(top_k, torch::kInt64, "top_k");
+  check_column(top_p, torch::kFloat32, "top_p");
+  check_column(min_p, torch::kFloat32, "min_p");
+  check_column(u, torch::kFloat64, "u");
+  TORCH_CHECK(rows == 0 || (temperature.gt(0).all().item<bool>() && top_k.ge(0).all().item<bool>() &&
+                            top_p.gt(0).all().item<bool>() && top_p.le(1).all().item<bool>() &&
+                            min_p.ge(0).all().item<bool>() && min_p.le(1).all().item<bool>() &&
+                            u.ge(0).all().item<bool>() && u.lt(1).all().item<bool>()),
+              "temperature must be positive, top_k >= 0, top_p in (0, 1], min_p in [0, 1] and u in [0, 1)");
+  std::vector<Truncation> truncation(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    truncation[r] = {top_k.data_ptr<int64_t>()[r], top_p.data_ptr<float>()[r], min_p.data_ptr<float>()[r]};
   auto token = torch::empty({rows}, logits.options().dtype(torch::kInt64));
   categorical_draws(logits.data_ptr<float>(), logits.stride(0), rows, logits.size(1), temperature.data_ptr<float>(),
-                    u.data_ptr<double>(), token.data_ptr<int64_t>());
+                    truncation.data(), u.data_ptr<double>(), token.data_ptr<int64_t>());
   return token;
 }
 
@@ -459,9 +470,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rotary", &pagedllm::rotary_op, "rotary embedding in place");
   m.def("silu_mul", &pagedllm::silu_mul_op, "silu(gate) * up of [rows, 2 * width]");
   m.def("greedy_summary", &pagedllm::greedy_summary_op, "per row of float32 logits: first argmax, logsumexp");
-  m.def("categorical_sample", &pagedllm::categorical_sample_op, "per row of float32 logits: an inverse-CDF draw "
-        "from softmax(logits / temperature) at u (-1 where the row has a NaN or no finite maximum)",
-        py::arg("logits"), py::arg("temperature"), py::arg("u"));
+  m.def("categorical_sample", &pagedllm::categorical_sample_op, "per row of float32 logits: an inverse-CDF draw at u "
+        "from softmax(logits / temperature) among the tokens top-k, top-p and min-p keep (-1 where the row has a NaN "
+        "or no finite maximum)", py::arg("logits"), py::arg("temperature"), py::arg("top_k"), py::arg("top_p"),
+        py::arg("min_p"), py::arg("u"));
   m.def("has_linear_kernel", &pagedllm::has_linear_kernel_op, "whether this build has the linear kernel for "
         "float32 (False) or bfloat16 (True)", py::arg("bfloat16"));
   m.def("pack_linear", &pagedllm::pack_linear_op, "an [out, in] weight packed for linear (gated: an MLP's "

@@ -1,6 +1,8 @@
-// One pass for the maximum and its first position and one for the sum of exponentials per row, on vectors. On a
-// decode step's [64, 49152] float32 logits and 2 AVX2 cores torch's logsumexp and argmax took 7.5 and 4.7 ms, an
-// earlier form of these passes 2.7 ms (docs/engine.md).
+// The sampler's passes over a step's float32 logits, per row on vectors. greedy_summary: one pass for the maximum and
+// its first position and one for the sum of exponentials (on [64, 49152] and 2 AVX2 cores torch's logsumexp and
+// argmax took 7.5 and 4.7 ms, an earlier form of these passes 2.7 ms). categorical_draws: a random row's token by
+// inverse CDF, truncation included, without writing the row's probabilities (torch's ops took 4-80 ms for 32 rows
+// of 49152: docs/engine.md).
 #include "sampling_ops.h"
 
 #include <algorithm>
@@ -129,13 +131,132 @@ int64_t draw_row(const float* x, int64_t vocab, float t, double u, std::vector<d
   return last;
 }
 
+// A truncated row's tokens fall into bins by how far below the maximum their scaled logit lies, kBinsPerUnit bins
+// a unit up to kBins (the last holds everything further): the bins' counts and masses bound which tokens any rule
+// may keep, and only those are sorted (torch's sort of a whole row of 49152 took about 2.4 ms).
+constexpr int64_t kBins = 2048;
+constexpr float kBinsPerUnit = 64.0f;
+
+struct Candidate {
+  float logit;  // scaled
+  int32_t at;
+  bool operator<(const Candidate& o) const { return logit > o.logit || (logit == o.logit && at < o.at); }  // rank
+};
+
+struct TruncationScratch {
+  std::vector<int64_t> count;
+  std::vector<double> mass;
+  std::vector<Candidate> candidates;
+};
+
+int64_t bin_of(float distance) { return static_cast<int64_t>(std::min(distance * kBinsPerUnit, kBins - 1.0f)); }
+ivec bins_of(fvec distance) {
+  const fvec scaled = distance * kBinsPerUnit, limit = splat(static_cast<float>(kBins - 1));
+  return __builtin_convertvector(scaled < limit ? scaled : limit, ivec);
+}
+
+// The first bin at which the running count reaches n, or the running mass reaches `mass` (the last bin if never).
+int64_t bin_reaching(const TruncationScratch& s, int64_t n, double mass) {
+  int64_t count = 0;
+  double sum = 0.0;
+  for (int64_t b = 0; b < kBins; ++b) {
+    count += s.count[b];
+    sum += s.mass[b];
+    if (count >= n || sum >= mass) return b;
+  }
+  return kBins - 1;
+}
+
+// The last bin whose tokens the rules may keep (one further for rounding): top_k's count reached, top_p's mass (of
+// every token: at least that of the first top_k) reached, min_p's distance passed. Where top_p applies after top_k
+// the first top_k are all candidates: their sum normalises the probabilities top_p adds.
+int64_t last_bin(const TruncationScratch& s, const Truncation& c, double total) {
+  constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+  const int64_t by_count = c.top_k > 0 ? bin_reaching(s, c.top_k, HUGE_VAL) : kBins - 1;
+  const int64_t by_mass = c.top_p < 1.0f ? bin_reaching(s, kNever, c.top_p * total) : kBins - 1;
+  const int64_t by_ratio = c.min_p > 0.0f ? bin_of(-std::log(c.min_p)) : kBins - 1;
+  int64_t last = std::min({by_count, by_mass, by_ratio});
+  if (c.top_k > 0 && c.top_p < 1.0f) last = std::max(last, by_count);
+  return std::min(kBins - 1, last + 1);
+}
+
+// How many of the ranked candidates the rules keep (at least the first).
+int64_t kept_count(const std::vector<Candidate>& ranked, const Truncation& c, int64_t vocab, float top, double total) {
+  int64_t kept = static_cast<int64_t>(ranked.size());
+  if (c.top_k > 0 && c.top_k < vocab) {  // probabilities among the first top_k (all candidates where top_p applies)
+    kept = std::min(kept, c.top_k);
+    total = 0.0;
+    for (int64_t r = 0; r < kept; ++r) total += fast_exp(ranked[r].logit - top);
+  }
+  const double first = fast_exp(ranked[0].logit - top) / total;
+  double before = 0.0;
+  for (int64_t r = 0; r < kept; ++r) {
+    const double p = fast_exp(ranked[r].logit - top) / total;
+    if ((c.top_p < 1.0f && !(before < c.top_p)) || p < c.min_p * first) return std::max<int64_t>(r, 1);
+    before += p;
+  }
+  return kept;
+}
+
+int64_t truncated_draw_row(const float* x, int64_t vocab, float t, const Truncation& c, double u, TruncationScratch& s) {
+  const float top = scaled_max(x, vocab, t);
+  if (!std::isfinite(top)) return -1;
+  s.count.assign(kBins, 0);
+  s.mass.assign(kBins, 0.0);
+  const int64_t whole = vocab / kLanes * kLanes;
+  double total = 0.0;
+  auto add = [&](int64_t b, float e) {
+    s.count[b] += 1;
+    s.mass[b] += e;
+    total += e;
+  };
+  for (int64_t j = 0; j < whole; j += kLanes) {
+    const fvec logit = scaled(x, j, t);
+    const fvec e = fast_exp(logit - top);
+    const ivec bins = bins_of(top - logit);
+    for (int64_t i = 0; i < kLanes; ++i) add(bins[i], e[i]);
+  }
+  for (int64_t j = whole; j < vocab; ++j) add(bin_of(top - x[j] / t), fast_exp(x[j] / t - top));
+  const int64_t last = last_bin(s, c, total);
+  s.candidates.clear();
+  for (int64_t j = 0; j < whole; j += kLanes) {
+    const fvec logit = scaled(x, j, t);
+    const ivec in = bins_of(top - logit) <= static_cast<int32_t>(last);
+    for (int64_t i = 0; i < kLanes; ++i)
+      if (in[i]) s.candidates.push_back({logit[i], static_cast<int32_t>(j + i)});
+  }
+  for (int64_t j = whole; j < vocab; ++j)
+    if (bin_of(top - x[j] / t) <= last) s.candidates.push_back({x[j] / t, static_cast<int32_t>(j)});
+  std::sort(s.candidates.begin(), s.candidates.end());
+  const int64_t kept = kept_count(s.candidates, c, vocab, top, total);
+  // the kept tokens in vocabulary order, as the torch path's running sum meets them
+  std::sort(s.candidates.begin(), s.candidates.begin() + kept,
+            [](const Candidate& a, const Candidate& b) { return a.at < b.at; });
+  double kept_total = 0.0;
+  for (int64_t r = 0; r < kept; ++r) kept_total += fast_exp(s.candidates[r].logit - top);
+  const double target = std::min(u * kept_total, std::nextafter(kept_total, 0.0));
+  double before = 0.0;
+  for (int64_t r = 0; r < kept; ++r) {
+    before += fast_exp(s.candidates[r].logit - top);
+    if (before > target) return s.candidates[r].at;
+  }
+  return s.candidates[kept - 1].at;
+}
+
+bool truncates(const Truncation& c) { return c.top_k > 0 || c.top_p < 1.0f || c.min_p > 0.0f; }
+
 }  // namespace
 
 void categorical_draws(const float* logits, int64_t stride, int64_t rows, int64_t vocab, const float* temperature,
-                       const double* u, int64_t* token) {
+                       const Truncation* truncation, const double* u, int64_t* token) {
   parallel_chunks(rows, 1, [&](int64_t begin, int64_t end) {
     std::vector<double> runs;
-    for (int64_t r = begin; r < end; ++r) token[r] = draw_row(logits + r * stride, vocab, temperature[r], u[r], runs);
+    TruncationScratch scratch;
+    for (int64_t r = begin; r < end; ++r) {
+      const float* x = logits + r * stride;
+      token[r] = truncates(truncation[r]) ? truncated_draw_row(x, vocab, temperature[r], truncation[r], u[r], scratch)
+                                          : draw_row(x, vocab, temperature[r], u[r], runs);
+    }
   });
 }
 

@@ -189,26 +189,23 @@ def _sample_random(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tenso
 
 
 def _compiled_draws(logits: torch.Tensor, rows: list[SamplingRow], u: torch.Tensor) -> torch.Tensor:
-    """[M] tokens of the rows that only scale their logits by a temperature (no top-k, top-p or min-p), drawn on
-    the CPU by the compiled kernel in one pass over each row where torch's softmax, float64 cumsum and search
-    took 4-10 ms for [32, 49152] (docs/engine.md); -1 for the other rows, for a row the kernel refuses (a NaN, no
-    finite maximum) and everywhere without the kernels. Which path a row takes depends on its own params and
-    logits only, so a seeded row's tokens still do not depend on its neighbours."""
-    tokens = torch.full((len(rows),), -1, dtype=torch.long, device=logits.device)
+    """[M] tokens drawn on the CPU by the compiled kernel, temperature, top-k, top-p and min-p included, in one call
+    where torch's softmax, float64 cumsum and search took 4-10 ms for [32, 49152] and its sort for top-k or top-p
+    75 ms (docs/engine.md); -1 for a row the kernel refuses (a NaN, no finite maximum) and everywhere without the
+    kernels. Which path a row takes depends on its own logits only, so a seeded row's tokens still do not depend
+    on its neighbours."""
     kernels = load_cpu_kernels() if logits.device.type == "cpu" and logits.stride(1) == 1 else None
-    plain = [i for i, r in enumerate(rows) if not _truncates(r.params)]
-    if kernels is None or not plain:
-        return tokens
-    temperature = torch.tensor([rows[i].params.temperature for i in plain], dtype=torch.float32)
-    if len(plain) == len(rows):
-        return kernels.categorical_sample(logits, temperature, u)
-    picked = _index(plain, logits)
-    tokens[picked] = kernels.categorical_sample(logits[picked], temperature, u[picked])
-    return tokens
-
-
-def _truncates(params: SamplingParams) -> bool:
-    return params.top_k > 0 or params.top_p < 1.0 or params.min_p > 0.0
+    if kernels is None:
+        return torch.full((len(rows),), -1, dtype=torch.long, device=logits.device)
+    params = [r.params for r in rows]
+    return kernels.categorical_sample(
+        logits,
+        torch.tensor([p.temperature for p in params], dtype=torch.float32),
+        torch.tensor([p.top_k for p in params], dtype=torch.long),
+        torch.tensor([p.top_p for p in params], dtype=torch.float32),
+        torch.tensor([p.min_p for p in params], dtype=torch.float32),
+        u,
+    )
 
 
 def _truncated_probs(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
