@@ -47,21 +47,24 @@ class Draws:
 @contextmanager
 def recorded_draws() -> Iterator[Draws]:
     """Records every random draw the sampler makes in this process inside the block (the driver samples for
-    every tensor-parallel size). Each seeded completion has its own generator, which names its stream."""
-    draws, numbers, truncate, draw = Draws(), {}, sampler._truncated_probs, sampler._inverse_cdf
+    every tensor-parallel size), whichever path draws it (the compiled call or torch's ops). Each seeded
+    completion has its own generator, which names its stream."""
+    draws, numbers, sample_random, uniforms = Draws(), {}, sampler._sample_random, sampler._uniforms
 
-    def truncated_probs(logits: torch.Tensor, rows: list) -> torch.Tensor:
-        draws.streams.extend(numbers.setdefault(id(row.generator), len(numbers)) for row in rows)
-        draws.logits.extend(logits.detach().clone())
-        return truncate(logits, rows)
-
-    def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        tokens = draw(probs, u)
+    def drawn_uniforms(rows: list, device: torch.device) -> torch.Tensor:
+        u = uniforms(rows, device)
         draws.uniforms.extend(u.tolist())
+        return u
+
+    def random_tokens(logits: torch.Tensor, rows: list) -> torch.Tensor:
+        draws.streams.extend(numbers.setdefault(id(row.generator), len(numbers)) for row in rows)
+        temperature = torch.tensor([row.params.temperature for row in rows], dtype=logits.dtype)
+        draws.logits.extend((logits / temperature[:, None]).detach().clone())
+        tokens = sample_random(logits, rows)
         draws.tokens.extend(tokens.tolist())
         return tokens
 
-    with mock.patch.object(sampler, "_truncated_probs", truncated_probs), mock.patch.object(sampler, "_inverse_cdf", inverse_cdf):
+    with mock.patch.object(sampler, "_uniforms", drawn_uniforms), mock.patch.object(sampler, "_sample_random", random_tokens):
         yield draws
 
 
