@@ -198,18 +198,17 @@ int64_t kept_count(const std::vector<Candidate>& ranked, const Truncation& c, in
   return kept;
 }
 
-int64_t truncated_draw_row(const float* x, int64_t vocab, float t, const Truncation& c, double u, TruncationScratch& s) {
-  const float top = scaled_max(x, vocab, t);
-  if (!std::isfinite(top)) return -1;
+// The row's tokens counted into s's bins, with their mass; the whole row's mass.
+double fill_bins(const float* x, int64_t vocab, float t, float top, TruncationScratch& s) {
   s.count.assign(kBins, 0);
   s.mass.assign(kBins, 0.0);
-  const int64_t whole = vocab / kLanes * kLanes;
   double total = 0.0;
   auto add = [&](int64_t b, float e) {
     s.count[b] += 1;
     s.mass[b] += e;
     total += e;
   };
+  const int64_t whole = vocab / kLanes * kLanes;
   for (int64_t j = 0; j < whole; j += kLanes) {
     const fvec logit = scaled(x, j, t);
     const fvec e = fast_exp(logit - top);
@@ -217,8 +216,13 @@ int64_t truncated_draw_row(const float* x, int64_t vocab, float t, const Truncat
     for (int64_t i = 0; i < kLanes; ++i) add(bins[i], e[i]);
   }
   for (int64_t j = whole; j < vocab; ++j) add(bin_of(top - x[j] / t), fast_exp(x[j] / t - top));
-  const int64_t last = last_bin(s, c, total);
+  return total;
+}
+
+// The tokens of bins up to `last` into s.candidates, ranked.
+void rank_candidates(const float* x, int64_t vocab, float t, float top, int64_t last, TruncationScratch& s) {
   s.candidates.clear();
+  const int64_t whole = vocab / kLanes * kLanes;
   for (int64_t j = 0; j < whole; j += kLanes) {
     const fvec logit = scaled(x, j, t);
     const ivec in = bins_of(top - logit) <= static_cast<int32_t>(last);
@@ -228,19 +232,32 @@ int64_t truncated_draw_row(const float* x, int64_t vocab, float t, const Truncat
   for (int64_t j = whole; j < vocab; ++j)
     if (bin_of(top - x[j] / t) <= last) s.candidates.push_back({x[j] / t, static_cast<int32_t>(j)});
   std::sort(s.candidates.begin(), s.candidates.end());
-  const int64_t kept = kept_count(s.candidates, c, vocab, top, total);
-  // the kept tokens in vocabulary order, as the torch path's running sum meets them
-  std::sort(s.candidates.begin(), s.candidates.begin() + kept,
-            [](const Candidate& a, const Candidate& b) { return a.at < b.at; });
-  double kept_total = 0.0;
-  for (int64_t r = 0; r < kept; ++r) kept_total += fast_exp(s.candidates[r].logit - top);
-  const double target = std::min(u * kept_total, std::nextafter(kept_total, 0.0));
+}
+
+// The draw at u among kept[0, n), walked in vocabulary order as the torch path's running sum meets them.
+int64_t draw_among(Candidate* kept, int64_t n, float top, double u) {
+  std::sort(kept, kept + n, [](const Candidate& a, const Candidate& b) { return a.at < b.at; });
+  double total = 0.0;
+  for (int64_t r = 0; r < n; ++r) total += fast_exp(kept[r].logit - top);
+  const double target = std::min(u * total, std::nextafter(total, 0.0));
   double before = 0.0;
-  for (int64_t r = 0; r < kept; ++r) {
-    before += fast_exp(s.candidates[r].logit - top);
-    if (before > target) return s.candidates[r].at;
+  int64_t last = kept[0].at;  // the last with a probability above 0, where rounding leaves the target unreached
+  for (int64_t r = 0; r < n; ++r) {
+    const double p = fast_exp(kept[r].logit - top);
+    if (p <= 0.0) continue;
+    last = kept[r].at;
+    before += p;
+    if (before > target) return kept[r].at;
   }
-  return s.candidates[kept - 1].at;
+  return last;
+}
+
+int64_t truncated_draw_row(const float* x, int64_t vocab, float t, const Truncation& c, double u, TruncationScratch& s) {
+  const float top = scaled_max(x, vocab, t);
+  if (!std::isfinite(top)) return -1;
+  const double total = fill_bins(x, vocab, t, top, s);
+  rank_candidates(x, vocab, t, top, last_bin(s, c, total), s);
+  return draw_among(s.candidates.data(), kept_count(s.candidates, c, vocab, top, total), top, u);
 }
 
 bool truncates(const Truncation& c) { return c.top_k > 0 || c.top_p < 1.0f || c.min_p > 0.0f; }
