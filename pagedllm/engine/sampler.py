@@ -81,7 +81,9 @@ def sample(logits: torch.Tensor, rows: list[SamplingRow], eos_token_ids: set[int
     elif greedy:
         picked = _index(greedy, logits)
         tokens[picked] = picks[picked] if picks is not None else logits[picked].argmax(dim=-1)
-    if randoms:
+    if len(randoms) == len(rows):  # no copy of the logits' rows (6 MB for 32 rows of 49152)
+        tokens = _sample_random(logits, rows)
+    elif randoms:
         picked = _index(randoms, logits)
         tokens[picked] = _sample_random(logits[picked], [rows[i] for i in randoms])
     return _results(raw, log_z, tokens, rows)
