@@ -5,6 +5,8 @@
 // of 49152: docs/engine.md).
 #include "sampling_ops.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -132,10 +134,12 @@ int64_t draw_row(const float* x, int64_t vocab, float t, double u, std::vector<d
 }
 
 // A truncated row's tokens fall into bins by how far below the maximum their scaled logit lies, kBinsPerUnit bins
-// a unit up to kBins (the last holds everything further): the bins' counts and masses bound which tokens any rule
+// a unit up to kBins (the last holds everything further, 16 units and more: e^-16 = 1.1e-7 of the top token's
+// probability, where most of a model's vocabulary lies): the bins' counts and masses bound which tokens any rule
 // may keep, and only those are sorted (torch's sort of a whole row of 49152 took about 2.4 ms).
-constexpr int64_t kBins = 2048;
+constexpr int64_t kBins = 1024;
 constexpr float kBinsPerUnit = 64.0f;
+constexpr int32_t kFirstBins = 512;  // 8 units
 
 struct Candidate {
   float logit;  // scaled
@@ -198,25 +202,57 @@ int64_t kept_count(const std::vector<Candidate>& ranked, const Truncation& c, in
   return kept;
 }
 
-// The row's tokens counted into s's bins, with their mass; the whole row's mass.
-double fill_bins(const float* x, int64_t vocab, float t, float top, TruncationScratch& s) {
+// Bit i set where lane i of m is set.
+uint32_t lanes_set(ivec m) {
+#if defined(__AVX512F__)
+  return _mm512_test_epi32_mask(reinterpret_cast<__m512i>(m), reinterpret_cast<__m512i>(m));
+#else
+  return _mm256_movemask_ps(reinterpret_cast<__m256>(m));
+#endif
+}
+
+// The row's tokens counted into s's bins, with their mass; the whole row's mass. Tokens of bin `lumped` and beyond
+// count for the last bin, summed on vectors; the others one by one (a scalar update for every token was 2/3 of
+// the draw's time).
+double fill_bins(const float* x, int64_t vocab, float t, float top, int32_t lumped, TruncationScratch& s) {
   s.count.assign(kBins, 0);
   s.mass.assign(kBins, 0.0);
-  double total = 0.0;
-  auto add = [&](int64_t b, float e) {
-    s.count[b] += 1;
-    s.mass[b] += e;
-    total += e;
-  };
+  constexpr int64_t kLast = kBins - 1;
+  double near_total = 0.0;
+  fvec far_mass{};
+  int64_t far_count = 0;
   const int64_t whole = vocab / kLanes * kLanes;
   for (int64_t j = 0; j < whole; j += kLanes) {
     const fvec logit = scaled(x, j, t);
     const fvec e = fast_exp(logit - top);
     const ivec bins = bins_of(top - logit);
-    for (int64_t i = 0; i < kLanes; ++i) add(bins[i], e[i]);
+    const ivec near = bins < lumped;
+    far_mass += near ? fvec{} : e;
+    uint32_t bits = lanes_set(near);
+    far_count += kLanes - __builtin_popcount(bits);
+    for (; bits != 0; bits &= bits - 1) {
+      const int lane = __builtin_ctz(bits);
+      s.count[bins[lane]] += 1;
+      s.mass[bins[lane]] += e[lane];
+      near_total += e[lane];
+    }
   }
-  for (int64_t j = whole; j < vocab; ++j) add(bin_of(top - x[j] / t), fast_exp(x[j] / t - top));
-  return total;
+  double far_total = reduce_add(far_mass);
+  for (int64_t j = whole; j < vocab; ++j) {
+    const int64_t b = bin_of(top - x[j] / t);
+    const float e = fast_exp(x[j] / t - top);
+    if (b < lumped) {
+      s.count[b] += 1;
+      s.mass[b] += e;
+      near_total += e;
+    } else {
+      far_count += 1;
+      far_total += e;
+    }
+  }
+  s.count[kLast] += far_count;
+  s.mass[kLast] += far_total;
+  return near_total + far_total;
 }
 
 // The tokens of bins up to `last` into s.candidates, ranked.
@@ -255,8 +291,15 @@ int64_t draw_among(Candidate* kept, int64_t n, float top, double u) {
 int64_t truncated_draw_row(const float* x, int64_t vocab, float t, const Truncation& c, double u, TruncationScratch& s) {
   const float top = scaled_max(x, vocab, t);
   if (!std::isfinite(top)) return -1;
-  const double total = fill_bins(x, vocab, t, top, s);
-  rank_candidates(x, vocab, t, top, last_bin(s, c, total), s);
+  // first with the bins of the top 8 units alone, where a model's top-p, top-k and min-p cuts mostly fall (about
+  // 80 of 49152 tokens there, 12000 within 16 units); where they do not, with every bin
+  double total = fill_bins(x, vocab, t, top, kFirstBins, s);
+  int64_t last = last_bin(s, c, total);
+  if (last > kFirstBins) {
+    total = fill_bins(x, vocab, t, top, kBins - 1, s);
+    last = last_bin(s, c, total);
+  }
+  rank_candidates(x, vocab, t, top, last, s);
   return draw_among(s.candidates.data(), kept_count(s.candidates, c, vocab, top, total), top, u);
 }
 
