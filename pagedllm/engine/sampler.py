@@ -193,21 +193,27 @@ def _sample_random(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tenso
 def _compiled_draws(logits: torch.Tensor, rows: list[SamplingRow], u: torch.Tensor) -> torch.Tensor:
     """[M] tokens drawn on the CPU by the compiled kernel, temperature, top-k, top-p and min-p included, in one call
     where torch's softmax, float64 cumsum and search took 4-10 ms for [32, 49152] and its sort for top-k or top-p
-    75 ms (docs/engine.md); -1 for a row the kernel refuses (a NaN, no finite maximum) and everywhere without the
-    kernels. Which path a row takes depends on its own logits only, so a seeded row's tokens still do not depend
+    75 ms (docs/engine.md); -1 for a row the kernel refuses (a NaN, no finite maximum), for a row whose temperature
+    or top-p float32 cannot hold, and everywhere without the kernels. Which path a row takes depends on its own logits only, so a seeded row's tokens still do not depend
     on its neighbours."""
+    tokens = torch.full((len(rows),), -1, dtype=torch.long, device=logits.device)
     kernels = load_cpu_kernels() if logits.device.type == "cpu" and logits.stride(1) == 1 else None
     if kernels is None:
-        return torch.full((len(rows),), -1, dtype=torch.long, device=logits.device)
+        return tokens
     params = [r.params for r in rows]
-    return kernels.categorical_sample(
-        logits,
-        torch.tensor([p.temperature for p in params], dtype=torch.float32),
-        torch.tensor([p.top_k for p in params], dtype=torch.long),
-        torch.tensor([p.top_p for p in params], dtype=torch.float32),
-        torch.tensor([p.min_p for p in params], dtype=torch.float32),
-        u,
-    )
+    columns = (torch.tensor([p.temperature for p in params], dtype=torch.float32),
+               torch.tensor([p.top_k for p in params], dtype=torch.long),
+               torch.tensor([p.top_p for p in params], dtype=torch.float32),
+               torch.tensor([p.min_p for p in params], dtype=torch.float32))  # fmt: skip
+    # a temperature or top-p that float32 rounds to 0 or inf (the Python API bounds neither) is torch's to handle
+    temperature, _, top_p, _ = columns
+    fits = (temperature > 0) & temperature.isfinite() & (top_p > 0)
+    if bool(fits.all()):
+        return kernels.categorical_sample(logits, *columns, u)
+    rows_in = fits.nonzero().squeeze(1)
+    if rows_in.numel() > 0:
+        tokens[rows_in] = kernels.categorical_sample(logits[rows_in], *(c[rows_in] for c in columns), u[rows_in])
+    return tokens
 
 
 def _truncated_probs(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:

@@ -221,3 +221,12 @@ def test_the_sampler_gives_the_same_tokens_with_and_without_the_kernel(kernels, 
     with_kernel = run_sampler()
     monkeypatch.setattr(sampler, "load_cpu_kernels", lambda: None)
     assert run_sampler() == with_kernel
+
+
+def test_parameters_float32_cannot_hold_go_to_torch_without_an_error(kernels) -> None:
+    """The Python API bounds neither: a temperature of 1e-300 or 1e300 and a top-p of 1e-50 leave float32's range."""
+    params = [SamplingParams(temperature=1e-300, seed=1), SamplingParams(temperature=1e300, seed=2),
+              SamplingParams(top_p=1e-50, seed=3), SamplingParams(temperature=0.8, seed=4)]  # fmt: skip
+    rows = [SamplingRow(p, make_generator(p.seed), [1], []) for p in params]
+    tokens = [result.token_id for result in sample(logits(4, 300), rows, {0})]
+    assert all(0 <= token < 300 for token in tokens)
