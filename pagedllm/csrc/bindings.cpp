@@ -245,14 +245,16 @@ torch::Tensor categorical_sample_op(const torch::Tensor& logits, const torch::Te
   check_column(top_p, torch::kFloat32, "top_p");
   check_column(min_p, torch::kFloat32, "min_p");
   check_column(u, torch::kFloat64, "u");
-  TORCH_CHECK(rows == 0 || (temperature.gt(0).all().item<bool>() && top_k.ge(0).all().item<bool>() &&
-                            top_p.gt(0).all().item<bool>() && top_p.le(1).all().item<bool>() &&
-                            min_p.ge(0).all().item<bool>() && min_p.le(1).all().item<bool>() &&
-                            u.ge(0).all().item<bool>() && u.lt(1).all().item<bool>()),
-              "temperature must be positive, top_k >= 0, top_p in (0, 1], min_p in [0, 1] and u in [0, 1)");
   std::vector<Truncation> truncation(rows);
-  for (int64_t r = 0; r < rows; ++r)
-    truncation[r] = {top_k.data_ptr<int64_t>()[r], top_p.data_ptr<float>()[r], min_p.data_ptr<float>()[r]};
+  for (int64_t r = 0; r < rows; ++r) {
+    const Truncation c{top_k.data_ptr<int64_t>()[r], top_p.data_ptr<float>()[r], min_p.data_ptr<float>()[r]};
+    const float t = temperature.data_ptr<float>()[r];
+    const double draw = u.data_ptr<double>()[r];
+    TORCH_CHECK(t > 0.0f && c.top_k >= 0 && c.top_p > 0.0f && c.top_p <= 1.0f && c.min_p >= 0.0f && c.min_p <= 1.0f &&
+                    draw >= 0.0 && draw < 1.0,
+                "temperature must be positive, top_k >= 0, top_p in (0, 1], min_p in [0, 1] and u in [0, 1)");
+    truncation[r] = c;
+  }
   auto token = torch::empty({rows}, logits.options().dtype(torch::kInt64));
   categorical_draws(logits.data_ptr<float>(), logits.stride(0), rows, logits.size(1), temperature.data_ptr<float>(),
                     truncation.data(), u.data_ptr<double>(), token.data_ptr<int64_t>());
