@@ -105,6 +105,23 @@ double run_sum(const float* x, int64_t begin, int64_t end, float t, float top) {
   return total;
 }
 
+// The inverse-CDF walk over tokens in vocabulary order: their (unnormalised) probabilities added up to the first
+// whose running sum passes u times their total, held strictly below the total as the torch path holds it. Float
+// rounding may leave the target unreached: the draw is then the last token of probability above 0.
+struct Walk {
+  double target, before = 0.0;
+  int64_t last = -1;
+
+  Walk(double u, double total) : target(std::min(u * total, std::nextafter(total, 0.0))) {}
+  // Adds the token's probability p; whether the running sum has passed the target.
+  bool passes(int64_t token, double p) {
+    if (p <= 0.0) return false;
+    last = token;
+    before += p;
+    return before > target;
+  }
+};
+
 int64_t draw_row(const float* x, int64_t vocab, float t, double u, std::vector<double>& runs) {
   const float top = scaled_max(x, vocab, t);
   if (!std::isfinite(top)) return -1;
@@ -115,22 +132,12 @@ int64_t draw_row(const float* x, int64_t vocab, float t, double u, std::vector<d
     runs[r] = run_sum(x, r * kRunLength, std::min(vocab, (r + 1) * kRunLength), t, top);
     total += runs[r];
   }
-  // strictly below the total, as the torch path clamps it, so that some key with a probability above 0 is reached
-  const double target = std::min(u * total, std::nextafter(total, 0.0));
-  double before = 0.0;
+  Walk walk(u, total);
   int64_t r = 0;
-  while (r + 1 < num_runs && before + runs[r] <= target) before += runs[r++];
-  // the run's keys one by one; float rounding may leave the target just past the run's own sum: then its last key
-  // with a probability above 0
-  int64_t last = -1;
-  for (int64_t j = r * kRunLength; j < std::min(vocab, (r + 1) * kRunLength); ++j) {
-    const double p = fast_exp(x[j] / t - top);
-    if (p <= 0.0) continue;
-    last = j;
-    before += p;
-    if (before > target) return j;
-  }
-  return last;
+  while (r + 1 < num_runs && walk.before + runs[r] <= walk.target) walk.before += runs[r++];
+  for (int64_t j = r * kRunLength; j < std::min(vocab, (r + 1) * kRunLength); ++j)  // the run's keys one by one
+    if (walk.passes(j, fast_exp(x[j] / t - top))) return j;
+  return walk.last;
 }
 
 // A truncated row's tokens fall into bins by how far below the maximum their scaled logit lies, kBinsPerUnit bins
@@ -275,17 +282,10 @@ int64_t draw_among(Candidate* kept, int64_t n, float top, double u) {
   std::sort(kept, kept + n, [](const Candidate& a, const Candidate& b) { return a.at < b.at; });
   double total = 0.0;
   for (int64_t r = 0; r < n; ++r) total += fast_exp(kept[r].logit - top);
-  const double target = std::min(u * total, std::nextafter(total, 0.0));
-  double before = 0.0;
-  int64_t last = kept[0].at;  // the last with a probability above 0, where rounding leaves the target unreached
-  for (int64_t r = 0; r < n; ++r) {
-    const double p = fast_exp(kept[r].logit - top);
-    if (p <= 0.0) continue;
-    last = kept[r].at;
-    before += p;
-    if (before > target) return kept[r].at;
-  }
-  return last;
+  Walk walk(u, total);
+  for (int64_t r = 0; r < n; ++r)
+    if (walk.passes(kept[r].at, fast_exp(kept[r].logit - top))) return kept[r].at;
+  return walk.last;
 }
 
 int64_t truncated_draw_row(const float* x, int64_t vocab, float t, const Truncation& c, double u, TruncationScratch& s) {
