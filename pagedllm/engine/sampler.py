@@ -194,8 +194,8 @@ def _compiled_draws(logits: torch.Tensor, rows: list[SamplingRow], u: torch.Tens
     """[M] tokens drawn on the CPU by the compiled kernel, temperature, top-k, top-p and min-p included, in one call
     where torch's softmax, float64 cumsum and search took 4-10 ms for [32, 49152] and its sort for top-k or top-p
     75 ms (docs/engine.md); -1 for a row the kernel refuses (a NaN, no finite maximum), for a row whose temperature
-    or top-p float32 cannot hold, and everywhere without the kernels. Which path a row takes depends on its own logits only, so a seeded row's tokens still do not depend
-    on its neighbours."""
+    or top-p float32 cannot hold, and everywhere without the kernels. Which path a row takes depends on its own
+    params and logits only, so a seeded row's tokens still do not depend on its neighbours."""
     tokens = torch.full((len(rows),), -1, dtype=torch.long, device=logits.device)
     kernels = load_cpu_kernels() if logits.device.type == "cpu" and logits.stride(1) == 1 else None
     if kernels is None:
