@@ -11,8 +11,8 @@ enum class Bf16Path { kAuto, kDot, kWiden };
 // Ask for a path (kAuto: the measured one) for every later bfloat16 call.
 void set_bf16_path(Bf16Path path);
 
-// The path bfloat16 calls take (measured on the first call that needs it when kAuto was asked for; kDot in a
-// build without AVX512-BF16, where nothing uses it).
+// The path bfloat16 calls take (measured on the first call that needs it when kAuto was asked for). A build
+// without AVX512-BF16 has no pair dot product: kWiden, whatever was asked for.
 Bf16Path bf16_path();
 
 }  // namespace pagedllm

@@ -518,7 +518,7 @@ void linear<bf16_t>(const bf16_t* x, int64_t m, int64_t k, const bf16_t* panels,
 
 void set_bf16_path(Bf16Path) {}
 
-Bf16Path bf16_path() { return Bf16Path::kDot; }
+Bf16Path bf16_path() { return Bf16Path::kWiden; }
 
 template <>
 bool has_linear_kernel<bf16_t>() { return false; }
