@@ -4,6 +4,10 @@ The build targets the CPU it runs on (-march=native: AVX2, AVX-512, AVX512-BF16,
 the cache key covers the CPU's flags as well as the sources, torch and the compiler: a build from another
 CPU kind is never loaded. Where no compiler is found, or the build fails, `load_cpu_kernels()` logs one
 line and returns None, and the engine keeps its torch path.
+
+PAGEDLLM_KERNELS_ISA=avx2 builds for AVX2 alone (-march=haswell) and hides the CPU's newer vector flags from
+every choice made by them (kernels, dtype "auto", tests): the AVX2 path tested on a CPU that has more
+(`make test-avx2`).
 """
 
 import contextlib
@@ -28,6 +32,8 @@ SOURCES = ("bindings.cpp", "paged_attention.cpp", "cache_ops.cpp", "layer_ops.cp
            "amx_blocks.cpp", "amx_tiles.cpp", "sampling_ops.cpp", "decoder_stack.cpp")
 CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-DNDEBUG")
 DISABLE_ENV = "PAGEDLLM_DISABLE_KERNELS"
+ISA_ENV = "PAGEDLLM_KERNELS_ISA"
+NEWER_THAN_AVX2 = ("avx512", "amx")  # flag prefixes an AVX2 build hides
 
 
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")  # what picks the kernels' and dtype's paths
@@ -44,9 +50,23 @@ def cpuinfo(field: str) -> str | None:
     return None
 
 
+def avx2_only() -> bool:
+    """Whether $PAGEDLLM_KERNELS_ISA asks for the AVX2 build on this CPU ("avx2"; unset or empty: the CPU's own)."""
+    isa = os.environ.get(ISA_ENV, "")
+    if isa not in ("", "avx2"):
+        raise ValueError(f"{ISA_ENV} is 'avx2' or unset, not {isa!r}")
+    return isa == "avx2"
+
+
 def cpu_flags() -> list[str]:
-    """The CPU's flags (empty where /proc/cpuinfo has none)."""
-    return (cpuinfo("flags") or "").split()
+    """The CPU's flags (empty where /proc/cpuinfo has none), without those newer than AVX2 under avx2_only()."""
+    flags = (cpuinfo("flags") or "").split()
+    return [f for f in flags if not f.startswith(NEWER_THAN_AVX2)] if avx2_only() else flags
+
+
+def cflags() -> tuple[str, ...]:
+    """The compiler flags: CFLAGS, for Haswell's instruction set (AVX2, FMA) under avx2_only()."""
+    return tuple("-march=haswell" if f == "-march=native" and avx2_only() else f for f in CFLAGS)
 
 
 def cpu_isa() -> list[str]:
@@ -69,7 +89,7 @@ def build_key(cxx: str) -> str:
         if path.suffix in (".cpp", ".h"):
             digest.update(path.name.encode() + path.read_bytes())
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
-    for part in (torch.__version__, version, " ".join(CFLAGS), " ".join(sorted(cpu_flags()))):
+    for part in (torch.__version__, version, " ".join(cflags()), " ".join(sorted(cpu_flags()))):
         digest.update(part.encode())
     return digest.hexdigest()[:16]
 
@@ -113,7 +133,7 @@ def _load(key: str) -> ModuleType:
         return cpp_extension.load(
             name=f"pagedllm_cpu_{key}",
             sources=[str(sources / name) for name in SOURCES],
-            extra_cflags=list(CFLAGS),
+            extra_cflags=list(cflags()),
             extra_ldflags=["-fopenmp"],
             build_directory=str(build_dir),
             verbose=False,

@@ -134,3 +134,16 @@ def test_a_lock_left_by_a_killed_build_does_not_stop_the_next_load(tmp_path: Pat
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, timeout=120, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert not (cache_dir() / "kernels" / key / "lock").exists()
+
+
+def test_the_avx2_build_hides_newer_flags_and_targets_haswell(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(build, "cpuinfo", lambda field: "fpu avx2 fma avx512f avx512_bf16 amx_tile amx_bf16")
+    monkeypatch.setenv(build.ISA_ENV, "avx2")
+    assert build.cpu_flags() == ["fpu", "avx2", "fma"] and build.cpu_isa() == ["avx2"]
+    assert "-march=haswell" in build.cflags() and "-march=native" not in build.cflags()
+    monkeypatch.delenv(build.ISA_ENV)
+    assert build.cpu_isa() == ["avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"]
+    assert "-march=native" in build.cflags()
+    monkeypatch.setenv(build.ISA_ENV, "avx512")
+    with pytest.raises(ValueError, match="'avx2' or unset, not 'avx512'"):
+        build.cpu_flags()
