@@ -24,6 +24,7 @@ from pathlib import Path
 from types import ModuleType
 
 from pagedllm.cache_dir import cache_dir
+from pagedllm.errors import InvalidInputError
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def avx2_only() -> bool:
     """Whether $PAGEDLLM_KERNELS_ISA asks for the AVX2 build on this CPU ("avx2"; unset or empty: the CPU's own)."""
     isa = os.environ.get(ISA_ENV, "")
     if isa not in ("", "avx2"):
-        raise ValueError(f"{ISA_ENV} is 'avx2' or unset, not {isa!r}")
+        raise InvalidInputError(f"{ISA_ENV} is 'avx2' or unset, not {isa!r}")
     return isa == "avx2"
 
 
