@@ -40,7 +40,7 @@ namespace pagedllm {
 namespace {
 
 constexpr int64_t kKeyTile = kLanes;      // keys scored together (one vector of them, for few rows)
-constexpr int64_t kCopyKeys = 64;         // keys copied together
+constexpr int64_t kCopyKeys = 64;         // keys read together (a copy of keys; AMX tiles copy some)
 constexpr int64_t kCopyStride = 16;       // ... in the order 0, 16, 32, 48, 1, 17, ...: four streams of K and V
 // Keys per softmax step of many rows: each step rescales every output accumulator and sets up the row
 // vectors' masks once, so 32 keys spread that over twice (AVX-512) or four times (AVX2) the keys of one
@@ -319,17 +319,16 @@ struct Scratch {
   line_vector<uint32_t> q_pairs, p_pairs, v_pairs;
   line_vector<bf16_t> v_columns;  // AMX tiles: the V rows of a copy as columns, [dim][copy key]
   line_vector<float> m, l, alpha, limit;  // [padded rows]; limit: the last key position a row may see
-  line_vector<unsigned char> kv_copy;  // K rows, then V rows, of the keys being scored (cache dtype)
-  // where the rows of the keys being scored lie in the cache: few rows, their K rows; AMX tiles, their V rows
+  line_vector<unsigned char> kv_copy;  // AMX tiles: K rows of runs of keys that cross blocks (cache dtype)
+  // where the rows of the keys being scored lie in the cache: their K rows; on AMX tiles, their V rows
   const void* rows[kCopyKeys] = {};
   // few rows: the K rows of the next copy (V is value_offset_ further), requested into L2 while this copy's keys
-  // are scored and accumulated; next_count of them (0 for many rows, whose copy requests them all)
+  // are scored and accumulated; next_count of them (0 for many rows: load_keys requests them all)
   const void* next_rows[kCopyKeys] = {};
   int64_t next_count = 0;
   // AMX tiles: each run of 16 keys' K rows, head_dim apart (in their block, or copied into kv_copy)
   const void* key_runs[kCopyKeys / kAmxTileRows] = {};
-  const void* keys = nullptr;    // the current key tile's first K and V rows in kv_copy (rows head_dim apart)
-  const void* values = nullptr;
+  int64_t at = 0;  // the current key tile's first key: its index in `rows`
 
   void resize(int64_t rows, int64_t padded, int64_t dim, int64_t copy_bytes) {
     kv_copy.resize(copy_bytes);
@@ -430,7 +429,7 @@ class Kernel {
 
   // A part's rows are its member tiles' rows one after another; its keys lie in the first member's blocks
   // (for a shared prefix, the same blocks as every other member's). `next_part`: the one this thread takes
-  // after it (null: none), whose first keys are prefetched while this part's last copy is made.
+  // after it (null: none), whose first keys are prefetched while this part's last copy is read.
   void run_part(const WorkList& w, const Part& part, const Part* next_part, float* partials,
                 int64_t slot_stride) const {
     const int64_t* members = w.members.data() + part.first_member;
@@ -439,7 +438,7 @@ class Kernel {
     const int64_t num_rows = part.rows, width = padded(num_rows);
     const bool lanes = num_rows >= kLanes / 2;  // enough rows to fill vector lanes: score rows x one key
     Scratch& s = thread_scratch();
-    s.resize(num_rows, width, kDim, 2 * kCopyKeys * kDim * static_cast<int64_t>(sizeof(T)));
+    s.resize(num_rows, width, kDim, kCopyKeys * kDim * static_cast<int64_t>(sizeof(T)));
     load_queries(w, part, s, width, lanes);
     // Few rows take a whole copy of keys at a time (one softmax step per row per copy); many rows kManyRowKeys.
     const int64_t step = lanes ? kManyRowKeys : kCopyKeys;
@@ -542,56 +541,46 @@ class Kernel {
     }
   }
 
-  // The K and V rows of the next kCopyKeys keys are read in one tight loop before the key tiles among them are
-  // scored: the blocks lie anywhere in the pool, and a loop that reads several blocks in turn keeps more reads
-  // in flight than loads spread through the score and output loops (docs/attention.md). Many rows copy them
-  // into the thread's own buffer, which their loops read many times over (on AMX tiles: keys_in_place); few
-  // rows (`in_place`: decodes) load each line once and then score the rows where they lie, now in L1: without
-  // the copy's stores more of the loop's reads fit in the core's window (decodes of 40 sequences over 30
-  // layers 9% faster on a Xeon).
+  // The K and V rows of the next kCopyKeys keys (a "copy" of keys: on AMX tiles some are copied) are read in one
+  // tight loop before the key tiles among them are scored: the blocks lie anywhere in the pool, and a loop that
+  // reads several blocks in turn keeps more reads in flight than loads spread through the score and output loops
+  // (docs/attention.md). The vector loops then read the rows where they lie, now in L1: copied into the thread's
+  // buffer first, as they were, the copy's stores held back the loop's reads (decodes of 40 sequences over 30
+  // layers 9% faster without them on a Xeon, float32 prefill 4% on an EPYC). On AMX tiles many rows take
+  // keys_in_place.
   void load_keys(const Tile& t, int64_t key0, int64_t key_begin, int64_t key_end, const Keys& after,
-                 Scratch& s, bool in_place) const {
-    T* k_copy = reinterpret_cast<T*>(s.kv_copy.data());
-    T* v_copy = k_copy + kCopyKeys * kDim;
-    const int64_t at = (key0 - key_begin) % kCopyKeys;  // key0's row in the copy
-    if (at == 0) {
-      const int64_t count = std::min(kCopyKeys, key_end - key0);
-      const T* src[kCopyKeys];
-      const T* next[kCopyKeys];
-      for_each_key(t, key0, count, [&](int64_t j, const T* k) { src[j] = k; });
-      const int64_t next_count = after.tile == nullptr ? 0 : std::min(kCopyKeys, after.key_end - after.key0);
-      if (next_count > 0)
-        for_each_key(*after.tile, after.key0, next_count, [&](int64_t j, const T* k) { next[j] = k; });
-      if (kTiles && !in_place) {
-        keys_in_place(src, count, next, next_count, s);
-        return;
-      }
-      // rows in the order j = 0, 16, 32, 48, 1, ...: with blocks of 16, four blocks' K and V streams in flight,
-      // each read in order. The same rows of the next copy are requested into L2: with each row here when the
-      // rows are copied; in place, only the first row of each stream here, the rest while this copy is scored
-      // (K) and accumulated (V), so that those requests go out while the arithmetic runs (docs/attention.md).
-      Chunk touched{};
-      for (int64_t r = 0; r < kCopyStride; ++r)
-        for (int64_t j = r; j < count; j += kCopyStride) {
-          if (j < next_count && (!in_place || r == 0)) {
-            prefetch_row(next[j]);
-            prefetch_row(next[j] + value_offset_);
-          }
-          if (in_place) {
-            s.rows[j] = src[j];
-            touch_row(src[j], touched);
-            touch_row(src[j] + value_offset_, touched);
-            continue;
-          }
-          copy_row(k_copy + j * kDim, src[j]);
-          copy_row(v_copy + j * kDim, src[j] + value_offset_);
-        }
-      keep(touched);
-      s.next_count = in_place ? next_count : 0;
-      for (int64_t j = 0; j < s.next_count; ++j) s.next_rows[j] = next[j];
+                 Scratch& s, bool few) const {
+    s.at = (key0 - key_begin) % kCopyKeys;  // key0's row in the copy
+    if (s.at != 0) return;
+    const int64_t count = std::min(kCopyKeys, key_end - key0);
+    const T* src[kCopyKeys];
+    const T* next[kCopyKeys];
+    for_each_key(t, key0, count, [&](int64_t j, const T* k) { src[j] = k; });
+    const int64_t next_count = after.tile == nullptr ? 0 : std::min(kCopyKeys, after.key_end - after.key0);
+    if (next_count > 0)
+      for_each_key(*after.tile, after.key0, next_count, [&](int64_t j, const T* k) { next[j] = k; });
+    if (kTiles && !few) {
+      keys_in_place(src, count, next, next_count, s);
+      return;
     }
-    s.keys = k_copy + at * kDim;
-    s.values = v_copy + at * kDim;
+    // rows in the order j = 0, 16, 32, 48, 1, ...: with blocks of 16, four blocks' K and V streams in flight,
+    // each read in order. The same rows of the next copy are requested into L2: for many rows with each row
+    // here; for few, only the first row of each stream here, the rest while this copy is scored (K) and
+    // accumulated (V), so that those requests go out while the arithmetic runs (docs/attention.md).
+    Chunk touched{};
+    for (int64_t r = 0; r < kCopyStride; ++r)
+      for (int64_t j = r; j < count; j += kCopyStride) {
+        if (j < next_count && (!few || r == 0)) {
+          prefetch_row(next[j]);
+          prefetch_row(next[j] + value_offset_);
+        }
+        s.rows[j] = src[j];
+        touch_row(src[j], touched);
+        touch_row(src[j] + value_offset_, touched);
+      }
+    keep(touched);
+    s.next_count = few ? next_count : 0;
+    for (int64_t j = 0; j < s.next_count; ++j) s.next_rows[j] = next[j];
   }
 
   // AMX tiles: the tile loads read a run of 16 keys' K rows where they lie when they follow each other in one
@@ -615,9 +604,9 @@ class Kernel {
     for (int64_t j = 0; j < count; ++j) s.rows[j] = src[j] + value_offset_;
   }
 
-  // One K or V row, in 64-byte vectors (AVX-512; else 32-byte ones) written out here: as a call to the
-  // library's memcpy (GCC does not inline one of 128-256 bytes) the copy took about half of a decode's time on
-  // AVX2. Vectors of 64 bytes halve the stores, which bound how many of the copy's reads are in flight.
+  // One K row (AMX tiles: of a run that crosses blocks), in 64-byte vectors (AVX-512; else 32-byte ones) written
+  // out here: as a call to the library's memcpy (GCC does not inline one of 128-256 bytes) the copy took about
+  // half of a decode's time on AVX2, when every K and V row was copied. Vectors of 64 bytes halve the stores.
   typedef char Chunk32 __attribute__((vector_size(32)));
 #if defined(__AVX512F__)
   typedef char Chunk64 __attribute__((vector_size(64)));
@@ -650,12 +639,9 @@ class Kernel {
     for (size_t i = 0; i < kDim * sizeof(T); i += 64) __builtin_prefetch(reinterpret_cast<const char*>(row) + i, 0, 2);
   }
 
-  // Row j of the current key tile's K or V (in the copy).
-  static const T* key_row(const Scratch& s, int64_t j) { return static_cast<const T*>(s.keys) + j * kDim; }
-  static const T* value_row(const Scratch& s, int64_t j) { return static_cast<const T*>(s.values) + j * kDim; }
-  // Few rows: key j's K or V row where it lies in the cache.
-  static const T* few_key_row(const Scratch& s, int64_t j) { return static_cast<const T*>(s.rows[j]); }
-  const T* few_value_row(const Scratch& s, int64_t j) const { return few_key_row(s, j) + value_offset_; }
+  // Key j of the current key tile: its K row where it lies in the cache (V is value_offset_ further).
+  static const T* key_row(const Scratch& s, int64_t j) { return static_cast<const T*>(s.rows[s.at + j]); }
+  const T* value_row(const Scratch& s, int64_t j) const { return key_row(s, j) + value_offset_; }
 
   // Many rows: a vector of rows, one key element broadcast at a time (no horizontal sums).
   void score_lanes(Scratch& s, int64_t width, int64_t first_vec, int64_t n) const {
@@ -739,7 +725,7 @@ class Kernel {
       fvec dots[kRows][kKeyTile];
       for (int64_t j = 0; j < kKeyTile; ++j) {
         if (j0 + j < requests) prefetch_row(static_cast<const T*>(s.next_rows[j0 + j]));
-        const T* k = few_key_row(s, std::min(j0 + j, n - 1));
+        const T* k = key_row(s, std::min(j0 + j, n - 1));
         fvec key[kChunks];
         for (int64_t c = 0; c < kChunks; ++c) key[c] = loadv(k + c * kLanes);
         for (int64_t b = 0; b < kRows; ++b) {
@@ -876,7 +862,7 @@ class Kernel {
       for (int64_t j = 0; j < n; ++j) {
         if (c0 == 0 && j < requests) prefetch_row(static_cast<const T*>(s.next_rows[j]) + value_offset_);
         fvec v[kSlices];
-        for (int64_t c = 0; c < kSlices; ++c) v[c] = loadv(few_value_row(s, j) + (c0 + c) * kLanes);
+        for (int64_t c = 0; c < kSlices; ++c) v[c] = loadv(value_row(s, j) + (c0 + c) * kLanes);
         for (int64_t b = 0; b < kRows; ++b) {
           const float pj = p[b * kCopyKeys + j];
           for (int64_t c = 0; c < kSlices; ++c) out[b][c] += v[c] * pj;
