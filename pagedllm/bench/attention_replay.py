@@ -4,8 +4,10 @@
 
 Runs the workload through the engine; every compiled attention call is made with each build twice, in the
 order A B B A, rotated by one build per call (B A A B next, ...): a call finds the caches warmed by the
-calls before it, so each build takes each place equally often. The engine goes on with the last result. Prints, for decode-only calls and for calls of steps with prompt tokens, the number of
-calls and each build's mean total seconds. The builds are `pagedllm_cpu_<key>.so` files, as for kernel_ab.
+calls before it, so each build takes each place equally often. The engine goes on with the last result. The
+model's decoder stack is left out, so that every layer's attention is called from Python (the stack calls it
+from C++). Prints, for decode-only calls and for calls of steps with prompt tokens, the number of calls and
+each build's mean total seconds. The builds are `pagedllm_cpu_<key>.so` files, as for kernel_ab.
 Not a test: the run takes about four times its attention time longer than a plain one.
 """
 
@@ -62,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     compiled.kernels = lambda: replaying
     try:
         engine = load_engine(engine_config(args))
+        engine.runner.model.stack = None  # the same kernels layer by layer, each call seen here
         run_engine(engine, workload_for(engine, args), "replay", not args.no_progress, args.seed_samples)
     finally:
         compiled.kernels = original

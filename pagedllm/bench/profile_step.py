@@ -2,8 +2,9 @@
 
 Runs the throughput workload once under cProfile and splits the time into matmuls (F.linear), attention,
 KV writes, sampling/postprocessing, scheduling, input preparation and the Python left around them. Batches
-that the decoder stack runs (pagedllm/model/decoder_stack.py: decode steps) spend their layers' matmuls,
-attention and fused ops inside one call, reported on its own line.
+that the decoder stack runs (pagedllm/model/decoder_stack.py: every layer of a decode step, all but the last
+of a step with prompt tokens) spend their layers' matmuls, attention and fused ops inside one call, reported
+on its own line.
 """
 
 import argparse

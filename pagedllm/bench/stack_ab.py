@@ -4,9 +4,9 @@
         [throughput options: --workload shared-prefix --dtype bfloat16 ...]
 
 Runs the workload once with the engine as it is and keeps the inputs of the decoder stack's `--at`-th call
-(decode steps only: the stack runs batches of few rows), with the KV caches as that step left them. Then, for
-each build (a `pagedllm_cpu_<key>.so`, as for kernel_ab), packs the model's projections and builds its
-decoder stack with that build, and times the step's layers with every build in turn. Unlike kernel_ab and
+that runs every layer (a decode step's: steps with prompt rows run all but the last), with the KV caches as
+that step left them. Then, for each build (a `pagedllm_cpu_<key>.so`, as for kernel_ab), packs the model's
+projections and builds its decoder stack with that build, and times the step's layers with every build in turn. Unlike kernel_ab and
 linear_ab, the step is the whole of a model's layers on real K/V: matmuls, attention and the ops between
 them, with the weights streamed from memory between the attention calls as in a run. The builds must take
 the same Python calls as this checkout's (a build from before a change to a kernel's signature cannot be
@@ -39,11 +39,12 @@ def capture_step(engine, workload, at: int) -> tuple:
     """(hidden, residual, cos_sin, kv_caches, meta) of the stack's `at`-th call in a run of the workload."""
     captured, real_call = {}, decoder_stack.DecoderStack.__call__
 
-    def spy(stack, hidden, residual, cos_sin, kv_caches, meta):
-        spy.calls += 1
-        if spy.calls == at:
-            captured["step"] = (hidden.clone(), residual.clone(), cos_sin, kv_caches, meta)
-        return real_call(stack, hidden, residual, cos_sin, kv_caches, meta)
+    def spy(stack, hidden, residual, cos_sin, kv_caches, meta, num_layers=None):
+        if num_layers is None:  # every layer: a decode step (steps with prompt rows run all but the last)
+            spy.calls += 1
+            if spy.calls == at:
+                captured["step"] = (hidden.clone(), residual.clone(), cos_sin, kv_caches, meta)
+        return real_call(stack, hidden, residual, cos_sin, kv_caches, meta, num_layers)
 
     spy.calls = 0
     with mock.patch.object(decoder_stack.DecoderStack, "__call__", spy):

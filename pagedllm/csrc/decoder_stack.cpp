@@ -85,10 +85,14 @@ void DecoderStack::add_layer(torch::Tensor input_norm, torch::Tensor post_norm, 
 torch::Tensor DecoderStack::forward(torch::Tensor hidden, torch::Tensor residual, const torch::Tensor& cos,
                                     const torch::Tensor& sin, const std::vector<torch::Tensor>& kv_caches,
                                     const torch::Tensor& slot_mapping, const torch::Tensor& block_tables,
-                                    const torch::Tensor& seq_lens, const torch::Tensor& query_start_loc) const {
+                                    const torch::Tensor& seq_lens, const torch::Tensor& query_start_loc,
+                                    int64_t num_layers) const {
   TORCH_CHECK(kv_caches.size() == layers_.size(), "one KV cache per layer is needed: ", layers_.size(), ", got ",
               kv_caches.size());
-  if (layers_.empty()) return hidden;
+  const int64_t all = static_cast<int64_t>(layers_.size());
+  TORCH_CHECK(num_layers >= -1 && num_layers <= all, "num_layers must be -1 (all) or 0 to ", all, ", got ", num_layers);
+  const size_t run = static_cast<size_t>(num_layers < 0 ? all : num_layers);
+  if (run == 0) return hidden;
   const StackLayer& first = layers_[0];
   const auto options = first.input_norm.options();
   const int64_t tokens = hidden.size(0), width = first.input_norm.numel();
@@ -127,17 +131,17 @@ torch::Tensor DecoderStack::forward(torch::Tensor hidden, torch::Tensor residual
   if (options.dtype() == torch::kBFloat16)
     run_layers(static_cast<bf16_t*>(hidden.data_ptr()), static_cast<bf16_t*>(residual.data_ptr()), tokens,
                static_cast<const bf16_t*>(cos.data_ptr()), static_cast<const bf16_t*>(sin.data_ptr()), buffers, caches,
-               cache, slots, attention);
+               cache, slots, attention, run);
   else
     run_layers(hidden.data_ptr<float>(), residual.data_ptr<float>(), tokens, cos.data_ptr<float>(),
-               sin.data_ptr<float>(), buffers, caches, cache, slots, attention);
+               sin.data_ptr<float>(), buffers, caches, cache, slots, attention, run);
   return hidden;
 }
 
 template <typename T>
 void DecoderStack::run_layers(T* hidden, T* residual, int64_t tokens, const T* cos, const T* sin,
                               const Buffers& buffers, const std::vector<void*>& caches, const CacheShape& cache,
-                              const int64_t* slots, PagedAttentionArgs attention) const {
+                              const int64_t* slots, PagedAttentionArgs attention, size_t num_layers) const {
   const int64_t width = layers_[0].input_norm.numel(), intermediate = layers_[0].down.in_features();
   const int64_t qkv_row = (num_heads_ + 2 * num_kv_heads_) * head_dim_;
   T* qkv = static_cast<T*>(buffers.qkv);
@@ -145,7 +149,7 @@ void DecoderStack::run_layers(T* hidden, T* residual, int64_t tokens, const T* c
   const T* value = key + num_kv_heads_ * head_dim_;
   T* projected = static_cast<T*>(buffers.projected);
   T* activated = static_cast<T*>(buffers.activated);
-  for (size_t i = 0; i < layers_.size(); ++i) {
+  for (size_t i = 0; i < num_layers; ++i) {
     const StackLayer& layer = layers_[i];
     add_rms_norm(hidden, width, residual, width, static_cast<const T*>(layer.input_norm.data_ptr()), tokens, width,
                  static_cast<float>(eps_));
@@ -183,7 +187,7 @@ void bind_decoder_stack(pybind11::module_& m) {
            py::arg("out"), py::arg("gate_up"), py::arg("down"))
       .def("forward", &DecoderStack::forward, py::arg("hidden"), py::arg("residual"), py::arg("cos"),
            py::arg("sin"), py::arg("kv_caches"), py::arg("slot_mapping"), py::arg("block_tables"),
-           py::arg("seq_lens"), py::arg("query_start_loc"));
+           py::arg("seq_lens"), py::arg("query_start_loc"), py::arg("num_layers") = -1);
 }
 
 }  // namespace pagedllm

@@ -42,17 +42,19 @@ class DecoderStack {
   // hidden: the embeddings' sublayer output so far, residual: the residual stream, both [T, hidden]; both are
   // updated in place, and hidden, holding the last layer's MLP output, returned (the final norm is the caller's).
   // Every layer writes its new K/V at slot_mapping and attends through the block tables, as the Python loop does.
+  // num_layers: the first that many layers only (-1: all); kv_caches holds one cache per layer either way.
   torch::Tensor forward(torch::Tensor hidden, torch::Tensor residual, const torch::Tensor& cos,
                         const torch::Tensor& sin, const std::vector<torch::Tensor>& kv_caches,
                         const torch::Tensor& slot_mapping, const torch::Tensor& block_tables,
-                        const torch::Tensor& seq_lens, const torch::Tensor& query_start_loc) const;
+                        const torch::Tensor& seq_lens, const torch::Tensor& query_start_loc,
+                        int64_t num_layers = -1) const;
 
  private:
   struct Buffers;  // one step's activations between the kernels
   template <typename T>
   void run_layers(T* hidden, T* residual, int64_t tokens, const T* cos, const T* sin, const Buffers& buffers,
                   const std::vector<void*>& caches, const CacheShape& cache, const int64_t* slots,
-                  PagedAttentionArgs attention) const;
+                  PagedAttentionArgs attention, size_t num_layers) const;
 
   int64_t num_heads_, num_kv_heads_, head_dim_;
   double eps_, scale_;

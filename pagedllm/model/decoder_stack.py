@@ -5,7 +5,8 @@ glue, which with the caches full of weights and K/V took 4-34 us a transition in
 a layer, 9% of a bfloat16 decode step of the default model; docs/models.md). The stack runs the same ops in
 the same order from C++. It covers a batch when every projection runs on one of pagedllm's own matmuls for
 that many rows: its float32/bfloat16 matmul for any batch, its AMX matmul up to AMX_OWN_MAX_ROWS (oneDNN runs
-larger batches there, and those go through the Python loop, where the glue is small beside the work).
+larger batches there, and those go through the Python loop, where the glue is small beside the work). A step
+with prompt tokens runs all layers but the last here (its last computes the sampled rows alone, in the loop).
 """
 
 import torch
@@ -29,10 +30,12 @@ class DecoderStack:
         cos_sin: tuple[torch.Tensor, torch.Tensor],
         kv_caches: list[torch.Tensor],
         meta: AttentionMetadata,
+        num_layers: int | None = None,
     ) -> torch.Tensor:
-        """Every layer over [T, hidden]: residual updated in place, the last layer's MLP output returned."""
+        """Every layer over [T, hidden], or the first num_layers of them: residual updated in place, the last one's
+        MLP output returned. kv_caches: one per layer of the model either way."""
         return self._stack.forward(hidden, residual, *cos_sin, kv_caches, meta.slot_mapping, meta.block_tables,
-                                   meta.seq_lens, meta.query_start_loc)  # fmt: skip
+                                   meta.seq_lens, meta.query_start_loc, -1 if num_layers is None else num_layers)  # fmt: skip
 
 
 def build_decoder_stack(layers, num_heads: int, num_kv_heads: int, head_dim: int) -> DecoderStack | None:

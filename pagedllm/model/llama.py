@@ -200,11 +200,14 @@ class LlamaForCausalLM(nn.Module):
         """Same maths with the compiled kernels: the residual stream is kept apart from each sublayer's
         output so that every residual add is fused into the RMSNorm that follows it."""
         residual, hidden = x, torch.zeros_like(x)  # residual += 0 leaves the embeddings as they are
-        if rows is None and self.parallel is None and self.stack is not None and self.stack.covers(x.shape[0]):
-            hidden = self.stack(hidden, residual, cos_sin, kv_caches, meta)  # the same layers in one call
-        else:
-            for layer, kv_cache, layer_rows in zip(self.model.layers, kv_caches, self._layer_rows(rows), strict=True):
-                hidden, residual = layer.forward_compiled(hidden, residual, cos_sin, kv_cache, meta, layer_rows)
+        layers = list(zip(self.model.layers, kv_caches, self._layer_rows(rows), strict=True))
+        if self.parallel is None and self.stack is not None and self.stack.covers(x.shape[0]):
+            # the same layers in one call; with `rows`, all but the last, which then runs on those rows alone
+            num_layers = None if rows is None else len(layers) - 1
+            hidden = self.stack(hidden, residual, cos_sin, kv_caches, meta, num_layers=num_layers)
+            layers = [] if rows is None else layers[-1:]
+        for layer, kv_cache, layer_rows in layers:
+            hidden, residual = layer.forward_compiled(hidden, residual, cos_sin, kv_cache, meta, layer_rows)
         self.model.norm.forward_compiled(hidden, residual)
         return hidden
 

@@ -37,22 +37,23 @@ def load(model_dir, dtype: torch.dtype):
 
 
 class CountingStack:
-    """The model's stack, counting the batches it ran."""
+    """The model's stack, recording how many layers each of its calls ran (None: every layer)."""
 
     def __init__(self, stack) -> None:
-        self.stack, self.calls = stack, 0
+        self.stack, self.calls = stack, []
 
     def covers(self, num_tokens: int) -> bool:
         return self.stack.covers(num_tokens)
 
-    def __call__(self, *args):
-        self.calls += 1
-        return self.stack(*args)
+    def __call__(self, *args, num_layers=None):
+        self.calls.append(num_layers)
+        return self.stack(*args, num_layers=num_layers)
 
 
 def steps() -> list[list[SeqInput]]:
     """A prompt and the first chunk of another, then the rest with a decode, then decodes of both (the stack
-    runs the steps whose every token needs logits: here the decode steps)."""
+    runs every layer of the steps whose every token needs logits, the decode steps, and all but the last layer
+    of the others, whose last layer runs on the rows that need logits alone)."""
     a, b = [5, 17, 200, 33, 9, 100, 101, 7, 8, 9, 10], [44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56]
     table_a, table_b = [63 - 2 * i for i in range(2)], [2 * i for i in range(2)]
     batches = [[SeqInput(a, 0, table_a), SeqInput(b[:6], 0, table_b, needs_logits=False)],
@@ -77,7 +78,8 @@ def test_stack_gives_the_python_loops_logits_and_kv(model_dir, dtype: torch.dtyp
     with_stack[0].stack, without[0].stack = counting, None
     logits, caches = run(with_stack, dtype)
     expected_logits, expected_caches = run(without, dtype)
-    assert counting.calls == 5  # the decode steps
+    last = with_stack[1].num_layers - 1
+    assert counting.calls == [last, last] + [None] * 5  # all but the last layer of the prompt steps; decodes
     for got, expected in zip(logits, expected_logits, strict=True):
         assert torch.equal(got, expected)
     for got, expected in zip(caches, expected_caches, strict=True):
@@ -102,7 +104,7 @@ def test_stack_attends_a_shared_prefix_as_the_python_loop_does(model_dir, dtype:
     counting = CountingStack(with_stack[0].stack)
     with_stack[0].stack, without[0].stack = counting, None
     got, expected = run(with_stack, dtype, shared_prefix_steps()), run(without, dtype, shared_prefix_steps())
-    assert counting.calls == 4
+    assert counting.calls == [with_stack[1].num_layers - 1] * 2 + [None] * 4
     for logits, expected_logits in zip(got[0], expected[0], strict=True):
         assert torch.equal(logits, expected_logits)
 
@@ -126,6 +128,24 @@ def test_stack_rejects_a_wrong_number_of_caches(model_dir) -> None:
     meta = runner.prepare([SeqInput([5], 0, [0])]).meta
     with pytest.raises(RuntimeError, match="one KV cache per layer"):
         model.stack(hidden, hidden.clone(), cos_sin, runner.kv_caches[:-1], meta)
+
+
+def test_stack_runs_the_first_layers_it_is_asked_for(model_dir) -> None:
+    """num_layers runs that many layers from the first (the caches of the others untouched); out of range it is
+    refused before anything runs."""
+    model, config = load(model_dir, torch.float32)
+    runner = ModelRunner(model, config, num_blocks=4, block_size=16, dtype=torch.float32, attention_impl="compiled")
+    meta = runner.prepare([SeqInput([5, 6], 0, [0])]).meta
+    cos_sin = model.rotary.cos_sin(torch.tensor([0, 1]), torch.float32)
+    embedded = torch.randn(2, config.hidden_size)
+    hidden, residual = torch.zeros_like(embedded), embedded.clone()
+    assert torch.equal(model.stack(hidden, residual, cos_sin, runner.kv_caches, meta, num_layers=0), hidden)
+    assert torch.equal(residual, embedded) and all(not cache.any() for cache in runner.kv_caches)
+    model.stack(hidden, residual, cos_sin, runner.kv_caches, meta, num_layers=1)
+    assert runner.kv_caches[0].any() and not runner.kv_caches[1].any()
+    for wrong in (-2, config.num_layers + 1):
+        with pytest.raises(RuntimeError, match="num_layers must be"):
+            model.stack(hidden, residual, cos_sin, runner.kv_caches, meta, num_layers=wrong)
 
 
 def test_stack_checks_its_inputs_once_for_every_layer(model_dir) -> None:
