@@ -3,17 +3,17 @@
     .venv/bin/python -m pagedllm.bench.stack_ab A.so B.so A.so B.so [--at 30] [--reps 40] [--blocks on|off|both]
         [throughput options: --workload shared-prefix --dtype bfloat16 ...]
 
-Runs the workload once with the engine as it is and keeps the inputs of the decoder stack's `--at`-th call
-that runs every layer (a decode step's: steps with prompt rows run all but the last), with the KV caches as
-that step left them. Then, for each build (a `pagedllm_cpu_<key>.so`, as for kernel_ab), packs the model's
-projections and builds its decoder stack with that build, and times the step's layers with every build in turn. Unlike kernel_ab and
-linear_ab, the step is the whole of a model's layers on real K/V: matmuls, attention and the ops between
-them, with the weights streamed from memory between the attention calls as in a run. The builds must take
-the same Python calls as this checkout's (a build from before a change to a kernel's signature cannot be
-loaded here). List them as A B A B and compare like positions: separate processes on a shared machine
+Runs the workload once with the engine as it is and keeps the inputs of the decoder stack's `--at`-th call that
+runs every layer (a decode step's: steps with prompt rows run all but the last), with the KV caches as that
+step left them. Then, for each build (a `pagedllm_cpu_<key>.so`, as for kernel_ab), packs the model's
+projections and builds its decoder stack with that build, and times the step's layers with every build in turn.
+Unlike kernel_ab and linear_ab, the step is the whole of a model's layers on real K/V: matmuls, attention and
+the ops between them, with the weights streamed from memory between the attention calls as in a run. The builds
+must take the same Python calls as this checkout's (a build from before a change to a kernel's signature cannot
+be loaded here). List them as A B A B and compare like positions: separate processes on a shared machine
 differed by more than the changes measured this way (docs/benchmarks.md). A model loaded from a GGUF file packs
-its weights' stored Q4_1 / Q8_0 blocks too (as the engine does); `--blocks off` leaves them out, `--blocks both`
-times each build with and without them.
+its weights' stored Q4_1 / Q8_0 blocks too (as the engine does); `--blocks off` leaves them out, `--blocks
+both` times each build with and without them.
 """
 
 import argparse

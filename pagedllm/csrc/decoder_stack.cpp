@@ -90,7 +90,8 @@ torch::Tensor DecoderStack::forward(torch::Tensor hidden, torch::Tensor residual
   TORCH_CHECK(kv_caches.size() == layers_.size(), "one KV cache per layer is needed: ", layers_.size(), ", got ",
               kv_caches.size());
   const int64_t all = static_cast<int64_t>(layers_.size());
-  TORCH_CHECK(num_layers >= -1 && num_layers <= all, "num_layers must be -1 (all) or 0 to ", all, ", got ", num_layers);
+  TORCH_CHECK(num_layers >= -1 && num_layers <= all, "num_layers must be -1 (all) or 0 to ", all, ", got ",
+              num_layers);
   const size_t run = static_cast<size_t>(num_layers < 0 ? all : num_layers);
   if (run == 0) return hidden;
   const StackLayer& first = layers_[0];

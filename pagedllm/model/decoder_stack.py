@@ -34,8 +34,9 @@ class DecoderStack:
     ) -> torch.Tensor:
         """Every layer over [T, hidden], or the first num_layers of them: residual updated in place, the last one's
         MLP output returned. kv_caches: one per layer of the model either way."""
+        layers = -1 if num_layers is None else num_layers  # -1: all
         return self._stack.forward(hidden, residual, *cos_sin, kv_caches, meta.slot_mapping, meta.block_tables,
-                                   meta.seq_lens, meta.query_start_loc, -1 if num_layers is None else num_layers)  # fmt: skip
+                                   meta.seq_lens, meta.query_start_loc, layers)  # fmt: skip
 
 
 def build_decoder_stack(layers, num_heads: int, num_kv_heads: int, head_dim: int) -> DecoderStack | None:
