@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     compiled.kernels = lambda: replaying
     try:
         engine = load_engine(engine_config(args))
-        engine.runner.model.stack = None  # the same kernels layer by layer, each call seen here
+        engine.model.stack = None  # the same kernels layer by layer, each call seen here
         run_engine(engine, workload_for(engine, args), "replay", not args.no_progress, args.seed_samples)
     finally:
         compiled.kernels = original

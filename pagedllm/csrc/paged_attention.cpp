@@ -438,7 +438,7 @@ class Kernel {
     const int64_t num_rows = part.rows, width = padded(num_rows);
     const bool lanes = num_rows >= kLanes / 2;  // enough rows to fill vector lanes: score rows x one key
     Scratch& s = thread_scratch();
-    s.resize(num_rows, width, kDim, kCopyKeys * kDim * static_cast<int64_t>(sizeof(T)));
+    s.resize(num_rows, width, kDim, kTiles ? kCopyKeys * kDim * static_cast<int64_t>(sizeof(T)) : 0);
     load_queries(w, part, s, width, lanes);
     // Few rows take a whole copy of keys at a time (one softmax step per row per copy); many rows kManyRowKeys.
     const int64_t step = lanes ? kManyRowKeys : kCopyKeys;
