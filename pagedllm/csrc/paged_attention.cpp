@@ -454,6 +454,7 @@ class Kernel {
                          : next_part != nullptr    ? first_keys(w, *next_part)
                                                    : Keys{};
       load_keys(t, key0, key_begin, key_end, after, s, !lanes);
+      if (key0 + step >= key_end) prefetch_ends(w, part, next_part);
       if (lanes && kTiles) {  // scores [key][row] as for lanes, multiplied on tiles
         attend_tiles(s, width, first / kLanes, key0, n);
       } else if (lanes) {  // scores [key][row]: rows in vector lanes
@@ -479,27 +480,49 @@ class Kernel {
     }
   }
 
+  // In a part's last softmax step: its output rows requested for writing, and the next part's query rows into
+  // L2. Loaded and stored only when a part starts and ends, they missed the caches: the prefill's queries and
+  // output stores held about a tenth of its time (`perf annotate`).
+  void prefetch_ends(const WorkList& w, const Part& part, const Part* next_part) const {
+    if (part.slot < 0) {
+      const Tile& t = w.tiles[w.members[part.first_member]];
+      for (int64_t r = 0; r < rows(t); ++r) prefetch_row<1>(output_row(t, r));
+    }
+    if (next_part == nullptr) return;
+    const T* query = static_cast<const T*>(a_.query);
+    for (int64_t i = 0; i < next_part->num_members; ++i) {
+      const Tile& t = w.tiles[w.members[next_part->first_member + i]];
+      for (int64_t r = 0; r < rows(t); ++r)
+        prefetch_row(query + token_index(t, r) * a_.query_token_stride + head_index(t, r) * kDim);
+    }
+  }
+
   void load_queries(const WorkList& w, const Part& part, Scratch& s, int64_t width, bool lanes) const {
     const T* query = static_cast<const T*>(a_.query);
     const int64_t num_rows = part.rows;
     std::fill(s.limit.begin() + num_rows, s.limit.begin() + width, -1.0f);  // -1: padding
     std::fill(s.m.begin(), s.m.begin() + width, kNegInf);
     std::fill(s.l.begin(), s.l.begin() + width, 0.0f);
+    const float scale = a_.scale;
+    float* q_rows = s.q_rows.data();
+    // rows by token, then by the query heads of the group (row r: token r / group, head r % group)
     for (int64_t i = 0, row = 0; i < part.num_members; ++i) {
       const Tile& t = w.tiles[w.members[part.first_member + i]];
-      for (int64_t r = 0; r < rows(t); ++r, ++row) {
-        s.limit[row] = static_cast<float>(t.first_key_pos + r / group_);
-        const T* src = query + token_index(t, r) * a_.query_token_stride + head_index(t, r) * kDim;
-        if constexpr (kPairs || kTiles) {
-          if (lanes) {  // pairs of unscaled queries; whole blocks of them transposed below, from q_rows' memory
-            if constexpr (kPairBlocks) std::memcpy(s.q_rows.data() + row * kDim / 2, src, kDim * sizeof(T));
-            else for (int64_t d = 0; d < kDim; d += 2) s.q_pairs[d / 2 * width + row] = load_pair(src + d);
-            continue;
+      const T* token_query = query + token_index(t, 0) * a_.query_token_stride + head_index(t, 0) * kDim;
+      for (int64_t token = 0; token < t.token_end - t.token_begin; ++token, token_query += a_.query_token_stride)
+        for (int64_t h = 0; h < group_; ++h, ++row) {
+          s.limit[row] = static_cast<float>(t.first_key_pos + token);
+          const T* src = token_query + h * kDim;
+          if constexpr (kPairs || kTiles) {
+            if (lanes) {  // pairs of unscaled queries; whole blocks of them transposed below, from q_rows' memory
+              if constexpr (kPairBlocks) std::memcpy(q_rows + row * kDim / 2, src, kDim * sizeof(T));
+              else for (int64_t d = 0; d < kDim; d += 2) s.q_pairs[d / 2 * width + row] = load_pair(src + d);
+              continue;
+            }
           }
+          for (int64_t c = 0; c < kChunks; ++c)
+            storev(q_rows + row * kDim + c * kLanes, loadv(src + c * kLanes) * scale);
         }
-        for (int64_t c = 0; c < kChunks; ++c)
-          storev(s.q_rows.data() + row * kDim + c * kLanes, loadv(src + c * kLanes) * a_.scale);
-      }
     }
     if (!lanes) {
       std::fill(s.acc.begin(), s.acc.begin() + num_rows * kDim, 0.0f);
@@ -634,9 +657,11 @@ class Kernel {
   }
   static void keep(const Chunk& touched) { asm volatile("" : : "x"(touched)); }
 
-  // One K or V row requested into L2 (locality 2: prefetcht1 on x86).
+  // One row requested into L2 (locality 2: prefetcht1 on x86); for writing (prefetchw), into L1.
+  template <int kWrite = 0>
   static void prefetch_row(const T* row) {
-    for (size_t i = 0; i < kDim * sizeof(T); i += 64) __builtin_prefetch(reinterpret_cast<const char*>(row) + i, 0, 2);
+    for (size_t i = 0; i < kDim * sizeof(T); i += 64)
+      __builtin_prefetch(reinterpret_cast<const char*>(row) + i, kWrite, 2);
   }
 
   // Key j of the current key tile: its K row where it lies in the cache (V is value_offset_ further).

@@ -224,7 +224,28 @@ inline F exp_approx(F x) {
 }
 
 inline float fast_exp(float x) { return exp_approx<float, int32_t>(x); }
+#if defined(__AVX512F__)
+// exp_approx's values (n, f and the polynomial the same), in two thirds of its instructions: n rounded by
+// vroundscaleps, 2^n applied by vscalefps, and no lower clamp (its values are masked to 0 at the end).
+inline fvec fast_exp(fvec x) {
+  const __m512 clamped = _mm512_min_ps(_mm512_set1_ps(88.0f), bit_cast<__m512>(x));  // a NaN stays a NaN
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(clamped, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const fvec nf = bit_cast<fvec>(n);
+  const fvec f = (bit_cast<fvec>(clamped) - nf * 0.693145751953125f) - nf * 1.428606765330187045e-06f;
+  fvec p = f * (1.0f / 5040.0f) + 1.0f / 720.0f;
+  p = p * f + 1.0f / 120.0f;
+  p = p * f + 1.0f / 24.0f;
+  p = p * f + 1.0f / 6.0f;
+  p = p * f + 0.5f;
+  p = p * f + 1.0f;
+  p = p * f + 1.0f;
+  const __mmask16 live = _mm512_cmp_ps_mask(bit_cast<__m512>(x), _mm512_set1_ps(-87.0f), _CMP_NLT_UQ);
+  return bit_cast<fvec>(_mm512_maskz_scalef_ps(live, bit_cast<__m512>(p), n));
+}
+#else
 inline fvec fast_exp(fvec x) { return exp_approx<fvec, ivec>(x); }
+#endif
 
 #if defined(__AVX512F__)
 // 2^x within ~3e-6 relative, for values rounded to bfloat16 next (AMX attention's probabilities): 2^n by
