@@ -48,10 +48,12 @@ constexpr int64_t kCopyStride = 16;       // ... in the order 0, 16, 32, 48, 1, 
 constexpr int64_t kLaneKeys = 32;
 static_assert(kCopyKeys % kKeyTile == 0 && kCopyKeys % kLaneKeys == 0 && kCopyKeys % kCopyStride == 0,
               "a copy holds whole key tiles and runs");
-constexpr int64_t kRowsPerTile = 48;      // target rows (tokens x group heads) of one tile
-// ... on AMX tiles, where a tile's K and V copies cost more than its products: a prompt's tiles each copy the
-// keys before them, and 4x the rows copy a quarter as much (prefill of 2048 tokens 2.46 -> 2.10 ms a layer)
-constexpr int64_t kAmxRowsPerTile = 192;
+// Target rows (tokens x group heads) of one tile. Each tile reads the K and V of every key before its tokens,
+// so 4x the rows read a quarter as much: on AMX tiles, which copy some keys, prefill of 2048 tokens 2.46 ->
+// 2.10 ms a layer against 48 rows; elsewhere float32 and bfloat16 prefill 1.5% and 5% faster (docs/attention.md).
+constexpr int64_t kRowsPerTile = 192;
+// A sequence with at most this many rows (decodes, short chunks) may join a shared prefix's parts.
+constexpr int64_t kSharedMemberRows = 48;
 constexpr int64_t kAutoPartition = 256;   // keys per part when splitting for idle threads
 constexpr int64_t kMinSharedKeys = 64;    // the shortest common prefix worth attending once for its sequences
 constexpr int64_t kSharedRows = 96;       // most rows (sequences x group heads) of one shared-prefix part
@@ -155,7 +157,7 @@ struct SharedPrefix {
 };
 
 int64_t group_size(const PagedAttentionArgs& a) { return a.num_heads / a.num_kv_heads; }
-int64_t tokens_per_tile(const PagedAttentionArgs& a, int64_t rows = kRowsPerTile) {
+int64_t tokens_per_tile(const PagedAttentionArgs& a, int64_t rows) {
   return std::max<int64_t>(1, rows / group_size(a));
 }
 int64_t query_len(const PagedAttentionArgs& a, int64_t s) { return a.query_start_loc[s + 1] - a.query_start_loc[s]; }
@@ -184,7 +186,7 @@ std::vector<Tile> make_tiles(const PagedAttentionArgs& a, int64_t run, std::vect
 std::vector<SharedPrefix> find_shared_prefixes(const PagedAttentionArgs& a) {
   std::map<int64_t, std::vector<int64_t>> by_first_block;
   for (int64_t s = 0; s < a.num_seqs; ++s)
-    if (query_len(a, s) <= tokens_per_tile(a) && num_cached(a, s) >= kMinSharedKeys)
+    if (query_len(a, s) <= tokens_per_tile(a, kSharedMemberRows) && num_cached(a, s) >= kMinSharedKeys)
       by_first_block[table_of(a, s)[0]].push_back(s);
   std::vector<SharedPrefix> shared;
   for (auto& [block, seqs] : by_first_block) {
@@ -239,12 +241,28 @@ void add_shared_parts(const PagedAttentionArgs& a, const std::vector<int64_t>& f
   }
 }
 
-// rows_per_tile: kRowsPerTile, or more (at least as many) on AMX tiles. Sequences short enough for one tile of
-// kRowsPerTile rows are one tile either way, as the shared prefixes' members must be.
-WorkList make_work(const PagedAttentionArgs& a, int64_t rows_per_tile) {
+int64_t count_tiles(const PagedAttentionArgs& a, int64_t run) {
+  int64_t runs = 0;
+  for (int64_t s = 0; s < a.num_seqs; ++s) runs += (query_len(a, s) + run - 1) / run;
+  return runs * a.num_kv_heads;
+}
+
+// Tokens per tile: kRowsPerTile rows' worth, halved while that leaves fewer than 8 tiles a thread, down to
+// kSharedMemberRows rows' worth (a shared prefix's members must be one tile each). A prompt's tiles are uneven
+// (the first see the fewest keys): with 4 a thread, one 128-token prompt or a chunk of 96 after 1024 ran 3-6%
+// slower than in tiles of 48 rows, and with 8 they take those.
+int64_t choose_tile_run(const PagedAttentionArgs& a) {
+  static_assert(kRowsPerTile >= kSharedMemberRows, "a shared prefix's member is one tile");
+  const int64_t least = tokens_per_tile(a, kSharedMemberRows), enough = 8 * static_cast<int64_t>(at::get_num_threads());
+  int64_t run = tokens_per_tile(a, kRowsPerTile);
+  while (run / 2 >= least && count_tiles(a, run) < enough) run /= 2;
+  return run;
+}
+
+WorkList make_work(const PagedAttentionArgs& a) {
   WorkList w;
   std::vector<int64_t> first_tile;
-  w.tiles = make_tiles(a, tokens_per_tile(a, rows_per_tile), first_tile);
+  w.tiles = make_tiles(a, choose_tile_run(a), first_tile);
   add_shared_parts(a, first_tile, w);
   const int64_t partition = choose_partition(a, static_cast<int64_t>(w.tiles.size()));
   const int64_t group = group_size(a);
@@ -276,15 +294,10 @@ WorkList make_work(const PagedAttentionArgs& a, int64_t rows_per_tile) {
 }
 
 // The batch's work list as a.work holds it, made now where no call with these args made it yet.
-struct MadeWork {
-  int64_t rows_per_tile;
-  WorkList list;
-};
-
-std::shared_ptr<const MadeWork> work_for(const PagedAttentionArgs& a, int64_t rows_per_tile) {
-  auto made = std::static_pointer_cast<const MadeWork>(a.work);
-  if (made == nullptr || made->rows_per_tile != rows_per_tile) {
-    made = std::make_shared<const MadeWork>(MadeWork{rows_per_tile, make_work(a, rows_per_tile)});
+std::shared_ptr<const WorkList> work_for(const PagedAttentionArgs& a) {
+  auto made = std::static_pointer_cast<const WorkList>(a.work);
+  if (made == nullptr) {
+    made = std::make_shared<const WorkList>(make_work(a));
     a.work = made;
   }
   return made;
@@ -387,8 +400,8 @@ class Kernel {
         value_offset_(a.num_kv_heads * a.num_blocks * a.block_size * kDim) {}
 
   void run() {
-    const std::shared_ptr<const MadeWork> made = work_for(a_, kTiles ? kAmxRowsPerTile : kRowsPerTile);
-    const WorkList& w = made->list;
+    const std::shared_ptr<const WorkList> made = work_for(a_);
+    const WorkList& w = *made;
     const int64_t slot_stride = w.max_rows * (kDim + 2);
     // not zeroed: every row a merge reads was written by its part (zeroing it was 0.5-1% of a step)
     const std::unique_ptr<float[]> partials(new float[w.num_slots * slot_stride]);
