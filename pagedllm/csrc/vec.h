@@ -201,9 +201,22 @@ inline void transpose_block(const float* src, int64_t src_stride, float* dst, in
   for (int i = 0; i < kLanes; ++i) storev(dst + i * dst_stride, x[i]);
 }
 
+// e^f for f = x - n ln 2 (ln 2 = hi + lo, |f| <= ln(2) / 2) by its degree-7 Taylor polynomial.
+template <typename F>
+inline F exp_reduced(F x, F n) {
+  const F f = (x - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;
+  F p = f * (1.0f / 5040.0f) + 1.0f / 720.0f;
+  p = p * f + 1.0f / 120.0f;
+  p = p * f + 1.0f / 24.0f;
+  p = p * f + 1.0f / 6.0f;
+  p = p * f + 0.5f;
+  p = p * f + 1.0f;
+  return p * f + 1.0f;
+}
+
 // e^x within ~2 float ulps for x in [-87, 88]; exactly 0 below -87 (so a masked score of -inf weighs 0).
-// e^x = 2^n * e^f with n = round(x / ln 2) and |f| <= ln(2) / 2, e^f by its degree-7 Taylor polynomial.
-// One body for a float (F = float, I = int32_t) and for a vector (F = fvec, I = ivec).
+// e^x = 2^n * e^f with n = round(x / ln 2) (exp_reduced). One body for a float (F = float, I = int32_t) and
+// for a vector (F = fvec, I = ivec).
 template <typename F, typename I>
 inline F exp_approx(F x) {
   const F zero{};
@@ -211,16 +224,7 @@ inline F exp_approx(F x) {
   const F shifted = clamped * 1.44269504088896341f + 12582912.0f;  // + 1.5 * 2^23 rounds to an integer
   const F n = shifted - 12582912.0f;
   const I n_int = bit_cast<I>(shifted) - 0x4B400000;  // that integer, from the low bits
-  const F f = (clamped - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;  // ln 2 = hi + lo
-  F p = zero + 1.0f / 5040.0f;
-  p = p * f + 1.0f / 720.0f;
-  p = p * f + 1.0f / 120.0f;
-  p = p * f + 1.0f / 24.0f;
-  p = p * f + 1.0f / 6.0f;
-  p = p * f + 0.5f;
-  p = p * f + 1.0f;
-  p = p * f + 1.0f;
-  return x < -87.0f ? zero : p * bit_cast<F>((n_int + 127) << 23);
+  return x < -87.0f ? zero : exp_reduced(clamped, n) * bit_cast<F>((n_int + 127) << 23);
 }
 
 inline float fast_exp(float x) { return exp_approx<float, int32_t>(x); }
@@ -231,15 +235,7 @@ inline fvec fast_exp(fvec x) {
   const __m512 clamped = _mm512_min_ps(_mm512_set1_ps(88.0f), bit_cast<__m512>(x));  // a NaN stays a NaN
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(clamped, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const fvec nf = bit_cast<fvec>(n);
-  const fvec f = (bit_cast<fvec>(clamped) - nf * 0.693145751953125f) - nf * 1.428606765330187045e-06f;
-  fvec p = f * (1.0f / 5040.0f) + 1.0f / 720.0f;
-  p = p * f + 1.0f / 120.0f;
-  p = p * f + 1.0f / 24.0f;
-  p = p * f + 1.0f / 6.0f;
-  p = p * f + 0.5f;
-  p = p * f + 1.0f;
-  p = p * f + 1.0f;
+  const fvec p = exp_reduced(bit_cast<fvec>(clamped), bit_cast<fvec>(n));
   const __mmask16 live = _mm512_cmp_ps_mask(bit_cast<__m512>(x), _mm512_set1_ps(-87.0f), _CMP_NLT_UQ);
   return bit_cast<fvec>(_mm512_maskz_scalef_ps(live, bit_cast<__m512>(p), n));
 }
