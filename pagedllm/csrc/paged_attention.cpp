@@ -50,7 +50,7 @@ static_assert(kCopyKeys % kKeyTile == 0 && kCopyKeys % kLaneKeys == 0 && kCopyKe
               "a copy holds whole key tiles and runs");
 // Target rows (tokens x group heads) of one tile. Each tile reads the K and V of every key before its tokens,
 // so 4x the rows read a quarter as much: on AMX tiles, which copy some keys, prefill of 2048 tokens 2.46 ->
-// 2.10 ms a layer against 48 rows; elsewhere float32 and bfloat16 prefill 1.5% and 5% faster (docs/attention.md).
+// 2.10 ms a layer against 48 rows; elsewhere float32 and bfloat16 prefill 2% and 5% faster (docs/attention.md).
 constexpr int64_t kRowsPerTile = 192;
 // A sequence with at most this many rows (decodes, short chunks) may join a shared prefix's parts.
 constexpr int64_t kSharedMemberRows = 48;
@@ -253,7 +253,8 @@ int64_t count_tiles(const PagedAttentionArgs& a, int64_t run) {
 // slower than in tiles of 48 rows, and with 8 they take those.
 int64_t choose_tile_run(const PagedAttentionArgs& a) {
   static_assert(kRowsPerTile >= kSharedMemberRows, "a shared prefix's member is one tile");
-  const int64_t least = tokens_per_tile(a, kSharedMemberRows), enough = 8 * static_cast<int64_t>(at::get_num_threads());
+  const int64_t least = tokens_per_tile(a, kSharedMemberRows);
+  const int64_t enough = 8 * static_cast<int64_t>(at::get_num_threads());
   int64_t run = tokens_per_tile(a, kRowsPerTile);
   while (run / 2 >= least && count_tiles(a, run) < enough) run /= 2;
   return run;
