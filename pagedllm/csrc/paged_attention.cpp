@@ -503,16 +503,13 @@ class Kernel {
       for (int64_t r = 0; r < rows(t); ++r) prefetch_row<1>(output_row(t, r));
     }
     if (next_part == nullptr) return;
-    const T* query = static_cast<const T*>(a_.query);
     for (int64_t i = 0; i < next_part->num_members; ++i) {
       const Tile& t = w.tiles[w.members[next_part->first_member + i]];
-      for (int64_t r = 0; r < rows(t); ++r)
-        prefetch_row(query + token_index(t, r) * a_.query_token_stride + head_index(t, r) * kDim);
+      for (int64_t r = 0; r < rows(t); ++r) prefetch_row(query_row(t, r));
     }
   }
 
   void load_queries(const WorkList& w, const Part& part, Scratch& s, int64_t width, bool lanes) const {
-    const T* query = static_cast<const T*>(a_.query);
     const int64_t num_rows = part.rows;
     std::fill(s.limit.begin() + num_rows, s.limit.begin() + width, -1.0f);  // -1: padding
     std::fill(s.m.begin(), s.m.begin() + width, kNegInf);
@@ -522,7 +519,7 @@ class Kernel {
     // rows by token, then by the query heads of the group (row r: token r / group, head r % group)
     for (int64_t i = 0, row = 0; i < part.num_members; ++i) {
       const Tile& t = w.tiles[w.members[part.first_member + i]];
-      const T* token_query = query + token_index(t, 0) * a_.query_token_stride + head_index(t, 0) * kDim;
+      const T* token_query = query_row(t, 0);
       for (int64_t token = 0; token < t.token_end - t.token_begin; ++token, token_query += a_.query_token_stride)
         for (int64_t h = 0; h < group_; ++h, ++row) {
           s.limit[row] = static_cast<float>(t.first_key_pos + token);
@@ -1181,6 +1178,11 @@ class Kernel {
       T* dst = output_row(t, r);
       for (int64_t c = 0; c < kChunks; ++c) storev(dst + c * kLanes, acc[c] * inv);
     }
+  }
+
+  // Where row r of tile t (its token and query head) lies in the query.
+  const T* query_row(const Tile& t, int64_t r) const {
+    return static_cast<const T*>(a_.query) + token_index(t, r) * a_.query_token_stride + head_index(t, r) * kDim;
   }
 
   // Where row r of tile t (its token and query head) goes in the output.
