@@ -560,18 +560,16 @@ class Kernel {
         transpose_block(s.q_rows.data() + r * kDim + d, kDim, s.q_lanes.data() + d * width + r, width);
   }
 
-  // K row of position pos; V is value_offset_ further. Positions walk blocks without a division per key.
+  // f(j, K row of position key0 + j) for j < n; V is value_offset_ further. A block's rows follow each other: one
+  // table lookup a block, not a key (the lookups were a tenth of a decode's instructions).
   template <typename F>
   void for_each_key(const Tile& t, int64_t key0, int64_t n, const F& f) const {
     const int64_t* table = a_.block_tables + t.seq * a_.block_table_width;
     int64_t block = key0 / a_.block_size, offset = key0 % a_.block_size;
     const T* head = cache_ + t.kv_head * a_.num_blocks * a_.block_size * kDim;
-    for (int64_t j = 0; j < n; ++j) {
-      f(j, head + (table[block] * a_.block_size + offset) * kDim);
-      if (++offset == a_.block_size) {
-        offset = 0;
-        ++block;
-      }
+    for (int64_t j = 0; j < n; offset = 0, ++block) {
+      const T* row = head + (table[block] * a_.block_size + offset) * kDim;
+      for (const int64_t run_end = std::min(n, j + a_.block_size - offset); j < run_end; ++j, row += kDim) f(j, row);
     }
   }
 
@@ -884,11 +882,16 @@ class Kernel {
     }
   }
 
-  // Two slices of the head at a time where the registers allow (kRows x 2 accumulators): a copy's 64 keys make
-  // each accumulator a chain of 64 FMAs, and with one slice the out-of-order window does not reach the next.
+  // Several slices of the head at a time where the registers allow: a copy's 64 keys make each accumulator a
+  // chain of 64 FMAs, and with one slice the out-of-order window does not reach the next. With AVX-512 a whole
+  // head for up to 4 rows, so that each key's row pointer and probabilities are loaded once.
   template <int kRows>
   void accumulate_rows(Scratch& s, int64_t r0, int64_t n, int64_t requests) const {
+#if defined(__AVX512F__)
+    constexpr int64_t kSlices = kChunks % 4 == 0 && kRows <= 4 ? 4 : kChunks % 2 == 0 ? 2 : 1;
+#else
     constexpr int64_t kSlices = kChunks % 2 == 0 && kRows <= 4 ? 2 : 1;
+#endif
     const float* p = s.scores.data() + r0 * kCopyKeys;
     for (int64_t c0 = 0; c0 < kChunks; c0 += kSlices) {
       fvec out[kRows][kSlices];
