@@ -887,9 +887,10 @@ class Kernel {
     }
   }
 
-  // Several slices of the head at a time where the registers allow: a copy's 64 keys make each accumulator a
-  // chain of 64 FMAs, and with one slice the out-of-order window does not reach the next. With AVX-512 a whole
-  // head for up to 4 rows, so that each key's row pointer and probabilities are loaded once.
+  // Several slices of the head at a time where the registers allow: a copy's keys make each accumulator a chain
+  // of as many FMAs, and with one slice the out-of-order window does not reach the next. With AVX-512 the whole
+  // head (head_dim 64) for up to 4 rows, so that each key's row pointer and probabilities are loaded once, and
+  // two slices for up to 8.
   template <int kRows>
   void accumulate_rows(Scratch& s, int64_t r0, int64_t n, int64_t requests) const {
 #if defined(__AVX512F__)
