@@ -578,7 +578,7 @@ class Kernel {
     }
   }
 
-  // The K and V rows of the next kCopyKeys keys (a "copy" of keys: on AMX tiles some are copied) are read in one
+  // The K and V rows of the next kCopy keys (a "copy" of keys: on AMX tiles some are copied) are read in one
   // tight loop before the key tiles among them are scored: the blocks lie anywhere in the pool, and a loop that
   // reads several blocks in turn keeps more reads in flight than loads spread through the score and output loops
   // (docs/attention.md). The vector loops then read the rows where they lie, now in L1: copied into the thread's
