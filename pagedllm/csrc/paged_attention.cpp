@@ -323,7 +323,7 @@ template <typename T>
 using line_vector = std::vector<T, LineAligned<T>>;
 
 struct Scratch {
-  line_vector<float> q_rows;    // [padded rows][dim], scaled
+  line_vector<float> q_rows;    // [padded rows][dim], scaled (pair dot products: the bfloat16 rows, unscaled)
   line_vector<float> q_lanes;   // [dim][padded rows]: the same, rows in vector lanes
   line_vector<float> scores;    // scores, then probabilities: [key][padded rows], or [row][copy key] for few rows
   line_vector<float> acc;       // [padded rows][dim]: unnormalised output
@@ -393,6 +393,9 @@ class Kernel {
   static constexpr bool kTiles =
       std::is_same_v<T, bf16_t> && kHasTiles && kMode == ManyRows::kTiles && kDim % kAmxDepth == 0;
   static constexpr bool kPairBlocks = kDim / 2 % kLanes == 0;  // query pairs in whole transposable blocks
+  // Few rows score by pair dot products too (unscaled bfloat16 queries as they are, the scale after the sums): a
+  // key row's two loads of pairs feed every row, where widening it took four loads and four shifts.
+  static constexpr bool kFewRowPairs = kPairs && kPairBlocks;
   // Keys read together: a float32 copy of 64 keys' K and V rows (head_dim 64) fills a 32 KiB L1; copies of 32
   // took decodes 2-3% and prefill 1.5% less time on an AVX-512 EPYC, where bfloat16 ones of 32 took decodes 7% more.
   static constexpr int64_t kCopy = std::is_same_v<T, float> ? kCopyKeys / 2 : kCopyKeys;
@@ -535,6 +538,10 @@ class Kernel {
               else for (int64_t d = 0; d < kDim; d += 2) s.q_pairs[d / 2 * width + row] = load_pair(src + d);
               continue;
             }
+          }
+          if constexpr (kFewRowPairs) {  // few rows: the row's pairs of dims where score_block reads them
+            std::memcpy(q_rows + row * kDim / 2, src, kDim * sizeof(T));
+            continue;
           }
           for (int64_t c = 0; c < kChunks; ++c)
             storev(q_rows + row * kDim + c * kLanes, loadv(src + c * kLanes) * scale);
@@ -759,6 +766,7 @@ class Kernel {
 
   template <int kRows>
   void score_block(Scratch& s, int64_t r0, int64_t n, int64_t requests) const {
+    if constexpr (kFewRowPairs) return score_pairs_block<kRows>(s, r0, n, requests);
     const float* q = s.q_rows.data() + r0 * kDim;
     for (int64_t j0 = 0; j0 < n; j0 += kKeyTile) {
       fvec dots[kRows][kKeyTile];
@@ -774,6 +782,39 @@ class Kernel {
         }
       }
       for (int64_t b = 0; b < kRows; ++b) storev(s.scores.data() + (r0 + b) * kCopyKeys + j0, transpose_sums(dots[b]));
+    }
+  }
+
+  // score_block by pair dot products, half a key tile at a time taken as far as half_sums: so few instructions
+  // a key that a whole tile's dot products (kRows x kKeyTile vectors) went through the stack.
+  template <int kRows>
+  void score_pairs_block(Scratch& s, int64_t r0, int64_t n, int64_t requests) const {
+    constexpr int64_t kHalf = kKeyTile / 2, kPairVecs = kDim / 2 / kLanes;
+    const uint32_t* q = reinterpret_cast<const uint32_t*>(s.q_rows.data()) + r0 * kDim / 2;
+    for (int64_t j0 = 0; j0 < n; j0 += kKeyTile) {
+      fvec halves[kRows][2];
+      for (int64_t h = 0; h < 2; ++h) {
+        fvec dots[kRows][kHalf];
+        for (int64_t i = 0; i < kHalf; ++i) {
+          const int64_t j = j0 + h * kHalf + i;
+          if (j < requests) prefetch_row(static_cast<const T*>(s.next_rows[j]));
+          const T* k = key_row(s, std::min(j, n - 1));
+          uvec key[kPairVecs];
+          for (int64_t c = 0; c < kPairVecs; ++c) std::memcpy(&key[c], k + 2 * c * kLanes, sizeof key[c]);
+          for (int64_t b = 0; b < kRows; ++b) {
+            fvec dot{};
+            for (int64_t c = 0; c < kPairVecs; ++c) {
+              uvec query;
+              std::memcpy(&query, q + b * kDim / 2 + c * kLanes, sizeof query);
+              dot = pair_dot(dot, query, key[c]);
+            }
+            dots[b][i] = dot;
+          }
+        }
+        for (int64_t b = 0; b < kRows; ++b) halves[b][h] = half_sums(dots[b]);
+      }
+      for (int64_t b = 0; b < kRows; ++b)
+        storev(s.scores.data() + (r0 + b) * kCopyKeys + j0, join_sums(halves[b][0], halves[b][1]) * a_.scale);
     }
   }
 

@@ -133,36 +133,46 @@ inline float reduce_max(fvec v) {
   return out;
 }
 
-// kLanes horizontal sums at once: lane j of the result is the sum of the lanes of x[j] (j < kLanes), by a
-// tree of two-vector shuffles (kLanes - 1 steps of 2 shuffles + 1 add) instead of kLanes reductions.
 #if defined(__AVX512F__)
-inline fvec transpose_sums(const fvec* x) {
-  fvec t[8], u[4], w[2];
-  for (int i = 0; i < 8; ++i)  // lanes 0-7: 8 partials of x[2i]; lanes 8-15: of x[2i+1]
+// The first kLanes / 2 of transpose_sums' inputs taken as far as one vector (lanes 2j and 2j + 1: two partial sums
+// of x[j]); join_sums makes the sums of x[0 .. kLanes / 2) and x[kLanes / 2 .. kLanes) out of two such vectors.
+inline fvec half_sums(const fvec* x) {
+  fvec t[4], u[2];
+  for (int i = 0; i < 4; ++i)  // lanes 0-7: 8 partials of x[2i]; lanes 8-15: of x[2i+1]
     t[i] = __builtin_shufflevector(x[2 * i], x[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
            __builtin_shufflevector(x[2 * i], x[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-  for (int i = 0; i < 4; ++i)  // 4 partials each of 4 consecutive x
+  for (int i = 0; i < 2; ++i)  // 4 partials each of 4 consecutive x
     u[i] = __builtin_shufflevector(t[2 * i], t[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
            __builtin_shufflevector(t[2 * i], t[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
-  for (int i = 0; i < 2; ++i)  // 2 partials each of 8 consecutive x
-    w[i] = __builtin_shufflevector(u[2 * i], u[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
-           __builtin_shufflevector(u[2 * i], u[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
-  return __builtin_shufflevector(w[0], w[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
-         __builtin_shufflevector(w[0], w[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  // 2 partials each of the 8 x
+  return __builtin_shufflevector(u[0], u[1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+         __builtin_shufflevector(u[0], u[1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+}
+
+inline fvec join_sums(fvec low, fvec high) {
+  return __builtin_shufflevector(low, high, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+         __builtin_shufflevector(low, high, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
 }
 #else
-inline fvec transpose_sums(const fvec* x) {
-  fvec t[4], u[2];
-  for (int i = 0; i < 4; ++i)  // lanes 0-3: 4 partials of x[2i]; lanes 4-7: of x[2i+1]
+inline fvec half_sums(const fvec* x) {
+  fvec t[2];
+  for (int i = 0; i < 2; ++i)  // lanes 0-3: 4 partials of x[2i]; lanes 4-7: of x[2i+1]
     t[i] = __builtin_shufflevector(x[2 * i], x[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11) +
            __builtin_shufflevector(x[2 * i], x[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15);
-  for (int i = 0; i < 2; ++i)  // 2 partials each of 4 consecutive x
-    u[i] = __builtin_shufflevector(t[2 * i], t[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13) +
-           __builtin_shufflevector(t[2 * i], t[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15);
-  return __builtin_shufflevector(u[0], u[1], 0, 2, 4, 6, 8, 10, 12, 14) +
-         __builtin_shufflevector(u[0], u[1], 1, 3, 5, 7, 9, 11, 13, 15);
+  // 2 partials each of the 4 x
+  return __builtin_shufflevector(t[0], t[1], 0, 1, 4, 5, 8, 9, 12, 13) +
+         __builtin_shufflevector(t[0], t[1], 2, 3, 6, 7, 10, 11, 14, 15);
+}
+
+inline fvec join_sums(fvec low, fvec high) {
+  return __builtin_shufflevector(low, high, 0, 2, 4, 6, 8, 10, 12, 14) +
+         __builtin_shufflevector(low, high, 1, 3, 5, 7, 9, 11, 13, 15);
 }
 #endif
+
+// kLanes horizontal sums at once: lane j of the result is the sum of the lanes of x[j] (j < kLanes), by a
+// tree of two-vector shuffles (kLanes - 1 steps of 2 shuffles + 1 add) instead of kLanes reductions.
+inline fvec transpose_sums(const fvec* x) { return join_sums(half_sums(x), half_sums(x + kLanes / 2)); }
 
 // A kLanes x kLanes block transposed in registers: x[i] lane j <- x[j] lane i. Stage h (kLanes / 2, ..., 1)
 // swaps the off-diagonal h x h blocks of every 2h x 2h block: log2(kLanes) stages of kLanes two-vector shuffles,
