@@ -69,9 +69,30 @@ constexpr bool kHasPairDot = true;
 inline fvec pair_dot(fvec acc, uvec a, uvec b) {
   return bit_cast<fvec>(_mm512_dpbf16_ps(bit_cast<__m512>(acc), bit_cast<__m512bh>(a), bit_cast<__m512bh>(b)));
 }
-#else
+// The 32 values of lo and hi rounded to bfloat16, as pairs in order: lane i holds values 2i and 2i + 1.
+inline uvec bf16_pairs(fvec lo, fvec hi) {
+  return bit_cast<uvec>(_mm512_cvtne2ps_pbh(bit_cast<__m512>(hi), bit_cast<__m512>(lo)));
+}
+// Two rows of 32 bfloat16 values as pairs (a value of a, the same dim's of b): lanes 4i .. 4i+3 of lo hold dims
+// 8i .. 8i+3, of hi dims 8i+4 .. 8i+7 (vpunpck*wd work within 128-bit lanes).
+inline void interleave_rows(uvec a, uvec b, uvec& lo, uvec& hi) {
+  lo = bit_cast<uvec>(_mm512_unpacklo_epi16(bit_cast<__m512i>(a), bit_cast<__m512i>(b)));
+  hi = bit_cast<uvec>(_mm512_unpackhi_epi16(bit_cast<__m512i>(a), bit_cast<__m512i>(b)));
+}
+// Sums over interleave_rows' pairs, back in dim order: dims 0-15 in lo, 16-31 in hi.
+inline void natural_dims(fvec& lo, fvec& hi) {
+  const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i second = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  const __m512 a = bit_cast<__m512>(lo), b = bit_cast<__m512>(hi);
+  lo = bit_cast<fvec>(_mm512_permutex2var_ps(a, first, b));
+  hi = bit_cast<fvec>(_mm512_permutex2var_ps(a, second, b));
+}
+#else  // never called: kHasPairDot is false
 constexpr bool kHasPairDot = false;
-inline fvec pair_dot(fvec acc, uvec, uvec) { return acc; }  // never called: kHasPairDot is false
+inline fvec pair_dot(fvec acc, uvec, uvec) { return acc; }
+inline uvec bf16_pairs(fvec, fvec) { return uvec{}; }
+inline void interleave_rows(uvec, uvec, uvec&, uvec&) {}
+inline void natural_dims(fvec&, fvec&) {}
 #endif
 
 #if defined(PAGEDLLM_AMX)
@@ -393,9 +414,9 @@ class Kernel {
   static constexpr bool kTiles =
       std::is_same_v<T, bf16_t> && kHasTiles && kMode == ManyRows::kTiles && kDim % kAmxDepth == 0;
   static constexpr bool kPairBlocks = kDim / 2 % kLanes == 0;  // query pairs in whole transposable blocks
-  // Few rows score by pair dot products too (unscaled bfloat16 queries as they are, the scale after the sums): a
-  // key row's two loads of pairs feed every row, where widening it took four loads and four shifts.
-  static constexpr bool kFewRowPairs = kPairs && kPairBlocks;
+  // Few rows multiply by pair dot products too: the scores (unscaled bfloat16 queries as they are, the scale after
+  // the sums), where widening a key row took four loads and four shifts, and the values (two keys at a time).
+  static constexpr bool kFewRowPairs = kPairs && kPairBlocks && kDim % 32 == 0;
   // Keys read together: a float32 copy of 64 keys' K and V rows (head_dim 64) fills a 32 KiB L1; copies of 32
   // took decodes 2-3% and prefill 1.5% less time on an AVX-512 EPYC, where bfloat16 ones of 32 took decodes 7% more.
   static constexpr int64_t kCopy = std::is_same_v<T, float> ? kCopyKeys / 2 : kCopyKeys;
@@ -492,6 +513,7 @@ class Kernel {
     }
     if (kTiles && lanes) release_tiles();
     if (lanes) rows_from_lanes(s, width);
+    else if constexpr (kFewRowPairs) natural_order(s, num_rows);
     if (part.slot < 0) {
       write_rows(t, s.acc.data(), s.l.data(), num_rows);
       return;
@@ -832,7 +854,8 @@ class Kernel {
     const float new_max = std::max(s.m[r], reduce_max(tile_max));  // finite: row r sees key0
     fvec sum{};
     for (int64_t j = 0; j < n; j += kLanes) {
-      const fvec e = fast_exp(loadv(p + j) - new_max);
+      fvec e = fast_exp(loadv(p + j) - new_max);
+      if constexpr (kFewRowPairs) e = round_to_bf16(e);  // the value pass multiplies them as bfloat16: l sums the same
       storev(p + j, e);
       sum += e;
     }
@@ -934,6 +957,7 @@ class Kernel {
   // two slices for up to 8.
   template <int kRows>
   void accumulate_rows(Scratch& s, int64_t r0, int64_t n, int64_t requests) const {
+    if constexpr (kFewRowPairs) return accumulate_pairs<kRows>(s, r0, n, requests);
 #if defined(__AVX512F__)
     constexpr int64_t kSlices = kChunks % 4 == 0 && kRows <= 4 ? 4 : kChunks % 2 == 0 ? 2 : 1;
 #else
@@ -957,6 +981,64 @@ class Kernel {
       for (int64_t b = 0; b < kRows; ++b)
         for (int64_t c = 0; c < kSlices; ++c) storev(s.acc.data() + (r0 + b) * kDim + (c0 + c) * kLanes, out[b][c]);
     }
+  }
+
+  // accumulate_rows by pair dot products: each row's probabilities of two keys times the two keys' value rows
+  // interleaved (interleave_rows), so that s.acc holds the dims in its order until natural_order. Up to 4 rows
+  // the whole head (head_dim 64) at a time, beyond that a 32-dim slice.
+  template <int kRows>
+  void accumulate_pairs(Scratch& s, int64_t r0, int64_t n, int64_t requests) const {
+    constexpr int64_t kSlices = kDim / 32, kAtOnce = kRows <= 4 && kSlices % 2 == 0 ? 2 : 1;
+    constexpr int64_t kStride = kCopyKeys / 2;  // of a row's probability pairs
+    uint32_t* pairs = s.p_pairs.data();
+    for (int64_t b = 0; b < kRows; ++b)
+      for (int64_t j = 0; j < n; j += 2 * kLanes) {
+        const float* p = s.scores.data() + (r0 + b) * kCopyKeys + j;  // rounded already: converted exactly
+        const uvec pair = bf16_pairs(loadv(p), loadv(p + kLanes));
+        std::memcpy(pairs + b * kStride + j / 2, &pair, sizeof pair);
+      }
+    for (int64_t c0 = 0; c0 < kSlices; c0 += kAtOnce) {
+      fvec out[kRows][2 * kAtOnce];
+      for (int64_t b = 0; b < kRows; ++b)
+        for (int64_t c = 0; c < 2 * kAtOnce; ++c)
+          out[b][c] = loadv(s.acc.data() + (r0 + b) * kDim + (2 * c0 + c) * kLanes) * s.alpha[r0 + b];
+      for (int64_t j = 0; j < n; j += 2) {
+        for (int64_t i = j; c0 == 0 && i < std::min(j + 2, requests); ++i)
+          prefetch_row(static_cast<const T*>(s.next_rows[i]) + value_offset_);
+        // an odd n's last partner: its probability is zero (softmax_row), its value row any finite one
+        const T* first = value_row(s, j);
+        const T* second = value_row(s, std::min(j + 1, n - 1));
+        uvec lo[kAtOnce], hi[kAtOnce];
+        for (int64_t c = 0; c < kAtOnce; ++c) {
+          uvec a, b;
+          std::memcpy(&a, first + (c0 + c) * 32, sizeof a);
+          std::memcpy(&b, second + (c0 + c) * 32, sizeof b);
+          interleave_rows(a, b, lo[c], hi[c]);
+        }
+        for (int64_t b = 0; b < kRows; ++b) {
+          const uvec pj = uvec{} + pairs[b * kStride + j / 2];
+          for (int64_t c = 0; c < kAtOnce; ++c) {
+            out[b][2 * c] = pair_dot(out[b][2 * c], pj, lo[c]);
+            out[b][2 * c + 1] = pair_dot(out[b][2 * c + 1], pj, hi[c]);
+          }
+        }
+      }
+      for (int64_t b = 0; b < kRows; ++b)
+        for (int64_t c = 0; c < 2 * kAtOnce; ++c)
+          storev(s.acc.data() + (r0 + b) * kDim + (2 * c0 + c) * kLanes, out[b][c]);
+    }
+  }
+
+  // A part's few-row outputs, accumulated by accumulate_pairs, back in dim order.
+  static void natural_order(Scratch& s, int64_t num_rows) {
+    for (int64_t r = 0; r < num_rows; ++r)
+      for (int64_t d = 0; d < kDim; d += 2 * kLanes) {
+        float* row = s.acc.data() + r * kDim + d;
+        fvec lo = loadv(row), hi = loadv(row + kLanes);
+        natural_dims(lo, hi);
+        storev(row, lo);
+        storev(row + kLanes, hi);
+      }
   }
 
   // Many rows: acc_lanes[d] (a vector of rows) = alpha acc_lanes[d] + sum_j p_j v_jd, with the probabilities
