@@ -902,17 +902,20 @@ class Kernel {
     // 1 for a row with no key before: its acc and l are still zero
     const fvec alpha = old_max == kNegInf ? splat(1.0f) : fast_exp(old_max - shift);
     fvec sum{};
-    if constexpr (kTiles) {  // straight to the probability pairs the value tiles multiply (zero from n on)
-      // e^(scale x - shift) = 2^(x scale log2(e) - shift log2(e))
+    if constexpr (kTiles || kPairs) {  // straight to the probability pairs the values multiply (zero from n on)
+      // on tiles e^(scale x - shift) = 2^(x scale log2(e) - shift log2(e))
       const float scale2 = scale * 1.4426950408889634f;
       const fvec shift2 = shift * 1.4426950408889634f;
       auto probability = [&](int64_t j) {
-        return j < n ? coarse_exp2(loadv(s.scores.data() + j * width + at) * scale2 - shift2) : fvec{};
+        if (j >= n) return fvec{};
+        const fvec x = loadv(s.scores.data() + j * width + at);
+        return kTiles ? coarse_exp2(x * scale2 - shift2) : fast_exp(x - shift);
       };
       fvec odd_sum{};  // a second chain of additions: one would wait out each one's latency
-      for (int64_t j = 0; j < kCopyKeys; j += 2) {
+      // tiles multiply whole copies of keys; the vector loops the keys there are
+      for (int64_t j = 0; j < (kTiles ? kCopyKeys : n); j += 2) {
         fvec lo = probability(j), hi = probability(j + 1);
-        const uvec pair = round_pair(lo, hi);  // the value tiles multiply them as bfloat16: l sums the same
+        const uvec pair = round_pair(lo, hi);  // the values are multiplied by them as bfloat16: l sums the same
         sum += lo;
         odd_sum += hi;
         std::memcpy(s.p_pairs.data() + j / 2 * width + at, &pair, sizeof pair);
@@ -921,8 +924,7 @@ class Kernel {
     } else {
       for (int64_t j = 0; j < n; ++j) {
         float* p = s.scores.data() + j * width + at;
-        fvec e = fast_exp(loadv(p) * scale - shift);
-        if (kPairs) e = round_to_bf16(e);  // the value loop multiplies them as bfloat16: l sums the same
+        const fvec e = fast_exp(loadv(p) * scale - shift);
         storev(p, e);
         sum += e;
       }
@@ -1045,10 +1047,7 @@ class Kernel {
   // of a vector of rows together and each value element broadcast (the transpose of `accumulate`: every load
   // feeds several FMAs, where there one value slice feeds as many FMAs as rows it holds in registers).
   void accumulate_lanes(Scratch& s, int64_t width, int64_t first_vec, int64_t n) const {
-    if constexpr (kPairs) {
-      make_probability_pairs(s, width, first_vec, n);
-      make_value_pairs(s, n);
-    }
+    if constexpr (kPairs) make_value_pairs(s, n);  // the probability pairs: from softmax_vector
     for_row_vectors(width, first_vec, [&](auto vecs, int64_t vec) {
       accumulate_lanes_block<decltype(vecs)::value>(s, width, vec, n);
     });
@@ -1091,17 +1090,6 @@ class Kernel {
       for (int64_t i = 0; i < kPassDims; ++i)
         for (int64_t v = 0; v < kVecs; ++v) storev(acc + (d0 + i) * width + v * kLanes, out[i][v]);
     }
-  }
-
-  // Pairs of consecutive keys' probabilities, per row, for keys [0, n): [key / 2][row]; a missing last partner
-  // (odd n) is zero.
-  static void make_probability_pairs(Scratch& s, int64_t width, int64_t first_vec, int64_t n) {
-    for (int64_t j = 0; j < n; j += 2)
-      for (int64_t v = first_vec; v < width / kLanes; ++v) {
-        const float* p = s.scores.data() + j * width + v * kLanes;
-        const uvec pair = pair_up(loadv(p), j + 1 < n ? loadv(p + width) : fvec{});
-        std::memcpy(s.p_pairs.data() + j / 2 * width + v * kLanes, &pair, sizeof pair);
-      }
   }
 
   // Pairs of consecutive keys' values, per dim, for the pair dot products; a missing last partner (odd n) is zero.
