@@ -281,6 +281,19 @@ def test_bfloat16_cache(group: int, block_size: int, head_dim: int, partition_si
         check(batch, partition_size, BF16_TOL)
 
 
+@pytest.mark.parametrize("path", ATTENTION_PATHS)
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("group,query_len", [(1, 1), (3, 1), (4, 1), (1, 5), (3, 2), (1, 7)])
+def test_bfloat16_few_rows(group: int, query_len: int, head_dim: int, path: str) -> None:
+    """Tiles of 1-7 rows (decodes, short chunks): with pair dot products they score and accumulate values two
+    keys at a time, 4 rows or fewer over the whole head, more a 32-dim slice at a time; contexts of odd lengths
+    leave a last key without a partner."""
+    specs = [(cached, query_len) for cached in (0, 6, 32, 63, 64, 200, 517)]
+    batch = make_batch(specs, *heads_for(group), 16, head_dim, torch.bfloat16, seed=group * query_len + head_dim)
+    with attention_path(path):
+        check(batch, tol=BF16_TOL)
+
+
 def test_bfloat16_agrees_with_reference() -> None:
     batch = make_batch(mixed_specs(8), 9, 3, 16, head_dim=64, dtype=torch.bfloat16, seed=8)
     out = compiled_attention(batch.query, batch.kv_cache, batch.meta, batch.scale)
