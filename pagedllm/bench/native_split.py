@@ -107,8 +107,9 @@ def stop_sampling(proc: subprocess.Popen) -> None:
 
 
 def read_samples(perf: str, data: Path) -> list[tuple[str, str]]:
-    script = subprocess.run([perf, "script", "-i", str(data), "-F", "ip,sym,dso"],
-                            capture_output=True, text=True, check=True)  # fmt: skip
+    script = subprocess.run([perf, "script", "-i", str(data), "-F", "ip,sym,dso"], capture_output=True, text=True)
+    if script.returncode != 0:
+        raise SystemExit(f"perf script could not read the samples: {script.stderr.strip()}")
     return [s for s in map(parse_line, script.stdout.splitlines()) if s is not None]
 
 
