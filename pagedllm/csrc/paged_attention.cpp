@@ -416,7 +416,7 @@ class Kernel {
   static constexpr bool kPairBlocks = kDim / 2 % kLanes == 0;  // query pairs in whole transposable blocks
   // Few rows multiply by pair dot products too: the scores (unscaled bfloat16 queries as they are, the scale after
   // the sums), where widening a key row took four loads and four shifts, and the values (two keys at a time).
-  static constexpr bool kFewRowPairs = kPairs && kPairBlocks && kDim % 32 == 0;
+  static constexpr bool kFewRowPairs = kPairs && kPairBlocks;
   // Keys read together: a float32 copy of 64 keys' K and V rows (head_dim 64) fills a 32 KiB L1; copies of 32
   // took decodes 2-3% and prefill 1.5% less time on an AVX-512 EPYC, where bfloat16 ones of 32 took decodes 7% more.
   static constexpr int64_t kCopy = std::is_same_v<T, float> ? kCopyKeys / 2 : kCopyKeys;
@@ -987,10 +987,11 @@ class Kernel {
 
   // accumulate_rows by pair dot products: each row's probabilities of two keys times the two keys' value rows
   // interleaved (interleave_rows), so that s.acc holds the dims in its order until natural_order. Up to 4 rows
-  // the whole head (head_dim 64) at a time, beyond that a 32-dim slice.
+  // two 32-dim slices at a time (head_dim 64: the whole head), beyond that one.
   template <int kRows>
   void accumulate_pairs(Scratch& s, int64_t r0, int64_t n, int64_t requests) const {
-    constexpr int64_t kSlices = kDim / 32, kAtOnce = kRows <= 4 && kSlices % 2 == 0 ? 2 : 1;
+    // slices of one vector of pairs (2 kLanes dims; whole ones: kPairBlocks)
+    constexpr int64_t kSlices = kDim / (2 * kLanes), kAtOnce = kRows <= 4 && kSlices % 2 == 0 ? 2 : 1;
     constexpr int64_t kStride = kCopyKeys / 2;  // of a row's probability pairs
     uint32_t* pairs = s.p_pairs.data();
     for (int64_t b = 0; b < kRows; ++b)
@@ -1013,8 +1014,8 @@ class Kernel {
         uvec lo[kAtOnce], hi[kAtOnce];
         for (int64_t c = 0; c < kAtOnce; ++c) {
           uvec a, b;
-          std::memcpy(&a, first + (c0 + c) * 32, sizeof a);
-          std::memcpy(&b, second + (c0 + c) * 32, sizeof b);
+          std::memcpy(&a, first + (c0 + c) * 2 * kLanes, sizeof a);
+          std::memcpy(&b, second + (c0 + c) * 2 * kLanes, sizeof b);
           interleave_rows(a, b, lo[c], hi[c]);
         }
         for (int64_t b = 0; b < kRows; ++b) {
