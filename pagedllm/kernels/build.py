@@ -29,8 +29,8 @@ from pagedllm.errors import InvalidInputError
 log = logging.getLogger(__name__)
 
 CSRC = Path(__file__).resolve().parent.parent / "csrc"
-SOURCES = ("bindings.cpp", "paged_attention.cpp", "cache_ops.cpp", "layer_ops.cpp", "linear.cpp", "amx_linear.cpp",
-           "amx_blocks.cpp", "amx_tiles.cpp", "sampling_ops.cpp", "decoder_stack.cpp")
+SOURCES = ("bindings.cpp", "paged_attention.cpp", "attention_work.cpp", "cache_ops.cpp", "layer_ops.cpp",
+           "linear.cpp", "amx_linear.cpp", "amx_blocks.cpp", "amx_tiles.cpp", "sampling_ops.cpp", "decoder_stack.cpp")
 CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-DNDEBUG")
 DISABLE_ENV = "PAGEDLLM_DISABLE_KERNELS"
 ISA_ENV = "PAGEDLLM_KERNELS_ISA"
