@@ -136,8 +136,10 @@ class ChatMessage(_Body):
         if self.content is None or isinstance(self.content, str):
             return self.content or ""
         for part in self.content:
-            if part.type != "text" or part.text is None:
-                raise InvalidInputError(f"content part of type {part.type!r} is not supported; only text")
+            if part.type != "text":
+                raise InvalidInputError(f"messages: content parts of type {part.type!r} are not supported; only text")
+            if part.text is None:
+                raise InvalidInputError("messages: a content part of type 'text' needs its 'text' string")
         return "".join(part.text for part in self.content)
 
 
@@ -159,9 +161,15 @@ class ChatCompletionRequest(_SamplingFields):
             raise InvalidInputError("response_format other than {'type': 'text'} is not supported")
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidInputError("top_logprobs requires logprobs to be true")
-        max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        newer = self.max_completion_tokens is not None
+        max_tokens = self.max_completion_tokens if newer else self.max_tokens
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
-        return SamplingParams(max_tokens=max_tokens, logprobs=logprobs, **self._sampling_kwargs())
+        try:
+            return SamplingParams(max_tokens=max_tokens, logprobs=logprobs, **self._sampling_kwargs())
+        except InvalidInputError as exc:  # named as this request named the field
+            renamed = {"logprobs": "top_logprobs", "max_tokens": "max_completion_tokens" if newer else "max_tokens"}
+            field, _, rest = str(exc).partition(" ")
+            raise InvalidInputError(f"{renamed.get(field, field)} {rest}") from None
 
     def template_messages(self) -> list[dict[str, str]]:
         return [m.as_template_dict() for m in self.messages]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import time
+
 import httpx
 import pytest
 
@@ -33,7 +36,10 @@ CASES = [
     ("/v1/chat/completions", {"model": "x"}, 400, "messages"),
     ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages"),
     ("/v1/chat/completions", {"messages": "hello"}, 400, "messages"),
-    ("/v1/chat/completions", {"messages": MSG, "max_completion_tokens": 0}, 400, "max_tokens"),
+    ("/v1/chat/completions", {"messages": MSG, "max_completion_tokens": 0}, 400, "max_completion_tokens"),
+    ("/v1/chat/completions", {"messages": MSG, "max_tokens": 0}, 400, "max_tokens"),
+    ("/v1/chat/completions", {"messages": MSG, "logprobs": True, "top_logprobs": 21}, 400, "top_logprobs"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "text"}]}]}, 400, "messages"),
     ("/v1/chat/completions", {"messages": MSG, "top_logprobs": 2}, 400, "top_logprobs"),
     ("/v1/chat/completions", {"messages": MSG, "n": 1000}, 400, "n"),
     ("/v1/chat/completions", {"messages": MSG, "presence_penalty": 5}, 400, "presence_penalty"),
@@ -41,7 +47,7 @@ CASES = [
     ("/v1/chat/completions", {"messages": MSG, "model": "nope"}, 404, "model"),
     ("/v1/chat/completions", {"messages": MSG, "tools": [{"type": "function"}]}, 400, "tools"),
     ("/v1/chat/completions", {"messages": MSG, "response_format": {"type": "json_object"}}, 400, "response_format"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400, None),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400, "messages"),
     ("/v1/completions", {"prompt": "x", "logit_bias": {"5": 1.0}}, 400, "logit_bias"),
     ("/v1/completions", {"prompt": "x", "echo": True, "logprobs": 1}, 400, None),
     ("/v1/completions", {"prompt": "x", "suffix": "y"}, 400, "suffix"),
@@ -71,10 +77,44 @@ def test_bad_request_gets_error_json(http: httpx.Client, path: str, body: dict, 
         assert error["param"] == param, error
 
 
-@pytest.mark.parametrize("content", [b"{not json", b"", b"[1, 2]", b"null"])
+HUGE_INTEGER = b'{"prompt": "x", "max_tokens": ' + b"1" * 5000 + b"}"  # past Python's 4300 digits for int()
+UTF16 = '{"prompt": "x", "max_tokens": 2}'.encode("utf-16")  # json.loads alone would take it
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"", b"[1, 2]", b"null", HUGE_INTEGER, UTF16],
+                         ids=["not-json", "empty", "list", "null", "huge-integer", "utf-16"])
 def test_malformed_body_is_400(http: httpx.Client, content: bytes) -> None:
     response = http.post("/v1/completions", content=content, headers={"content-type": "application/json"})
     assert_error_shape(response, 400)
+
+
+# (body, words the message must hold): a field that takes one of several types says which fits
+UNION_CASES = [
+    ({"prompt": "x", "stop": ["s"] * 33}, "at most 32"),
+    ({"prompt": "x", "stop": 5}, "expected str or list[str]"),
+    ({"prompt": "x", "stop": [5]}, "stop.0: Input should be a valid string"),
+    ({"prompt": [1.5]}, "expected str, list[int], list[str] or list[list[int]]"),
+    ({"prompt": [[1, "a"]]}, "prompt.0.1: Input should be a valid integer"),
+]
+
+
+@pytest.mark.parametrize("body,words", UNION_CASES, ids=[w for _, w in UNION_CASES])
+def test_union_fields_say_what_fits(http: httpx.Client, body: dict, words: str) -> None:
+    error = assert_error_shape(http.post("/v1/completions", json=body), 400)
+    assert words in error["message"] and error["param"] == next(iter(body.keys() - {"prompt"}), "prompt")
+
+
+def test_chat_content_of_no_listed_type(http: httpx.Client) -> None:
+    body = {"messages": [{"role": "user", "content": 5}]}
+    error = assert_error_shape(http.post("/v1/chat/completions", json=body), 400)
+    assert error["param"] == "messages" and "expected str or list[ContentPart]" in error["message"]
+
+
+def test_read_only_routes_answer_head(http: httpx.Client) -> None:
+    for path in ("/health", "/v1/models", "/metrics", "/v1/kv", "/dashboard"):
+        response = http.head(path)
+        assert response.status_code == 200, path
+        assert response.content == b""
 
 
 def test_unknown_route_and_method(http: httpx.Client) -> None:
@@ -86,3 +126,16 @@ def test_unknown_route_and_method(http: httpx.Client) -> None:
 def test_no_request_left_behind(server: RunningServer) -> None:
     stats = server.wait_idle()
     assert (stats.num_running, stats.num_waiting, stats.blocks_used) == (0, 0, 0)
+
+
+def test_client_gone_before_its_body_is_no_server_error(server: RunningServer, http: httpx.Client,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    import socket
+
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b'Content-Length: 100\r\n\r\n{"prompt": ')
+        time.sleep(0.2)
+    time.sleep(0.5)
+    assert http.get("/health").status_code == 200
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text

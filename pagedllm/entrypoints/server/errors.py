@@ -25,6 +25,8 @@ logger = logging.getLogger(__name__)
 
 _KNOWN_PARAMS = set(CompletionRequest.model_fields) | set(ChatCompletionRequest.model_fields)
 _LEADING_NAME = re.compile(r"^([a-z_]+)\b")
+# how pydantic names a union's alternatives in an error's path: str, list[int], ContentPart (fields are snake_case)
+_TYPE_NAME = re.compile(r"^(str|int|float|bool|[A-Z]\w*|\w+\[.*\])$")
 
 
 class APIError(Exception):
@@ -83,13 +85,37 @@ def body_too_large(limit: int) -> APIError:
 def validation_error(errors: Sequence[Any]) -> APIError:
     """The first of pydantic's (or FastAPI's) validation errors as a 400 naming its field."""
     first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
-    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
     if first.get("type") == "json_invalid":
         return APIError(400, f"malformed JSON body: {first.get('msg')}")
+    loc = _path(first)
     if not loc:
         return APIError(400, f"request body: {first.get('msg')}")
     param = next((p for p in loc if not p.isdigit()), loc[0])
-    return APIError(400, f"{'.'.join(loc)}: {first.get('msg')}", param=param)
+    message = _union_message([e for e in errors if _path(e)[:1] == loc[:1]])
+    return APIError(400, message or f"{'.'.join(loc)}: {first.get('msg')}", param=param)
+
+
+def _path(error: Any) -> list[str]:
+    return [str(part) for part in error.get("loc", ()) if part != "body"]
+
+
+def _union_message(errors: Sequence[Any]) -> str | None:
+    """One field's errors from the alternatives of a type union (`stop`: a string or a list of strings), whose
+    paths part at the alternatives' type names: the error of the one alternative the value's shape fits (a list
+    of 33 stop strings: the list's length), or what was expected. None where the errors are no union's."""
+    paths = [_path(e) for e in errors]
+    at = next((i for i in range(min(map(len, paths))) if len({p[i] for p in paths}) > 1), None)
+    if len(errors) < 2 or at is None or not all(_TYPE_NAME.match(p[at]) for p in paths):
+        return None
+    fits = [(p, e) for p, e in zip(paths, errors) if len(p) > at + 1 or not e.get("type", "").endswith("_type")]
+    deepest = max((len(p) for p, _ in fits), default=0)
+    best = [(p, e) for p, e in fits if len(p) == deepest]
+    if len(best) == 1:
+        path, error = best[0]
+        return f"{'.'.join(path[:at] + path[at + 1:])}: {error.get('msg')}"
+    alternatives = list(dict.fromkeys(p[at] for p in paths))
+    expected = ", ".join(alternatives[:-1]) + f" or {alternatives[-1]}"
+    return f"{'.'.join(paths[0][:at])}: expected {expected}"
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,18 +17,27 @@ STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 router = APIRouter()
 
 
+def read_only(path: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A GET route that answers HEAD too (the server sends the headers alone; only GET is in the API schema)."""
+    def register(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+        router.add_api_route(path, endpoint, methods=["HEAD"], include_in_schema=False)
+        return router.get(path)(endpoint)
+
+    return register
+
+
 def _model_card(engine: AsyncEngine, created: int) -> dict[str, Any]:
     return {"id": engine.model_name, "object": "model", "created": created, "owned_by": "pagedllm",
             "root": engine.config.model or engine.model_name, "max_model_len": engine.max_model_len}
 
 
-@router.get("/v1/models")
+@read_only("/v1/models")
 async def list_models(request: Request) -> dict[str, Any]:
     card = _model_card(request.app.state.engine, request.app.state.started)
     return {"object": "list", "data": [card]}
 
 
-@router.get("/v1/models/{model_id:path}")
+@read_only("/v1/models/{model_id:path}")
 async def get_model(model_id: str, request: Request) -> dict[str, Any]:
     engine: AsyncEngine = request.app.state.engine
     if model_id != engine.model_name:
@@ -35,29 +45,29 @@ async def get_model(model_id: str, request: Request) -> dict[str, Any]:
     return _model_card(engine, request.app.state.started)
 
 
-@router.get("/health")
+@read_only("/health")
 async def health(request: Request) -> JSONResponse:
     ok = request.app.state.engine.running
     return JSONResponse({"status": "ok" if ok else "engine stopped"}, status_code=200 if ok else 503)
 
 
-@router.get("/metrics")
+@read_only("/metrics")
 async def metrics(request: Request) -> Response:
     return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE)
 
 
-@router.get("/v1/kv")
+@read_only("/v1/kv")
 async def kv_snapshot(request: Request) -> dict[str, Any]:
     engine: AsyncEngine = request.app.state.engine
     snapshot = await engine.kv_snapshot()
     return {**snapshot, "model": engine.model_name}
 
 
-@router.get("/dashboard")
+@read_only("/dashboard")
 async def dashboard() -> FileResponse:
     return FileResponse(STATIC_DIR / "dashboard.html", media_type="text/html")
 
 
-@router.get("/dashboard.js")
+@read_only("/dashboard.js")
 async def dashboard_js() -> FileResponse:
     return FileResponse(STATIC_DIR / "dashboard.js", media_type="text/javascript")

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
+from starlette.requests import ClientDisconnect
 
 from pagedllm.entrypoints.server.errors import APIError, validation_error
 
@@ -23,7 +24,10 @@ Body = TypeVar("Body", bound=BaseModel)
 
 async def parse_body(request: Request, model: type[Body]) -> Body:
     """The request's body as `model`; an APIError (400, or 413 past the size cap) otherwise."""
-    raw = await request.body()
+    try:
+        raw = await request.body()
+    except ClientDisconnect:
+        raise APIError(400, "the client disconnected before its body arrived") from None  # nobody reads it
     return await asyncio.to_thread(decode_body, raw, model)
 
 
@@ -51,13 +55,18 @@ def _load_json(raw: bytes) -> Any:
     if not raw.strip():
         raise APIError(400, "malformed JSON body: the body is empty")
     try:
-        return json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
+        # decoded here: json.loads would take UTF-16 and UTF-32 bodies too
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise APIError(400, "malformed JSON body: the body is not valid UTF-8") from None
+    try:
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise APIError(400, f"malformed JSON body: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:
         raise APIError(400, "malformed JSON body: nested too deeply") from None
+    except ValueError as exc:  # an integer past Python's digit limit for int()
+        raise APIError(400, f"malformed JSON body: {exc}") from None
 
 
 def _check_strings(data: Any) -> None:
