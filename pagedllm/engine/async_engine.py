@@ -172,17 +172,42 @@ class AsyncEngine:
     async def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
                           stream: OutputStream, cache_salt: str | None = None) -> None:
         """Queue a request; raises the engine's InvalidInputError if it is rejected."""
-        def add(engine: EngineProtocol) -> None:
-            self._count_pending(-1)
-            engine.add_request(request_id, prompt, params, cache_salt=cache_salt)
-            self._streams[request_id] = stream
+        await self.add_requests([(request_id, prompt)], params, stream, cache_salt)
 
-        stream.expect(request_id)
-        self._count_pending(+1)
+    async def add_requests(self, requests: list[tuple[str, str | list[int]]], params: SamplingParams,
+                           stream: OutputStream, cache_salt: str | None = None) -> None:
+        """Queue (request id, prompt) pairs in one command, so that they join the same step: all of them, or
+        none where the engine rejects one (its InvalidInputError is raised)."""
+        pending = [len(requests)]  # counted until the command runs or the caller stops waiting for it
+
+        def no_longer_pending() -> None:
+            with self._cond:
+                self._pending_adds -= pending[0]
+                pending[0] = 0
+
+        def add(engine: EngineProtocol) -> None:
+            no_longer_pending()
+            added: list[str] = []
+            try:
+                for request_id, prompt in requests:
+                    engine.add_request(request_id, prompt, params, cache_salt=cache_salt)
+                    added.append(request_id)
+            except BaseException:
+                for request_id in added:
+                    engine.abort_request(request_id)
+                raise
+            for request_id in added:
+                self._streams[request_id] = stream
+
+        for request_id, _ in requests:
+            stream.expect(request_id)
+        self._count_pending(+len(requests))
         try:
             await self.call(add)
-        except BaseException:
-            stream.forget(request_id)
+        except BaseException:  # rejected; or never queued, refused by a failed engine, or its caller left
+            no_longer_pending()
+            for request_id, _ in requests:
+                stream.forget(request_id)
             raise
 
     def abort(self, request_id: str) -> None:

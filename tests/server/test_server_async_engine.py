@@ -135,3 +135,61 @@ def test_on_idle_runs_once_each_time_the_last_request_ends() -> None:
     run(main())
     assert len(calls) == 2
 
+
+
+def test_a_batch_of_requests_joins_one_step() -> None:
+    fake = FakeEngine(fake_config(), step_delay=0.005)
+
+    async def main() -> list:
+        engine = AsyncEngine(fake)
+        engine.start()
+        stream = OutputStream()
+        requests = [(f"r{i}", "hello") for i in range(20)]
+        await engine.add_requests(requests, SamplingParams(max_tokens=3, ignore_eos=True), stream)
+        outputs = [o async for o in stream]
+        await engine.stop()
+        return outputs
+
+    outputs = run(main())
+    first_tokens = [o for o in outputs if len(o.outputs[0].token_ids) == 1]
+    assert len(first_tokens) == 20
+    # every request's first token came out of the same step: the first 20 outputs
+    assert {o.request_id for o in outputs[:20]} == {f"r{i}" for i in range(20)}
+    assert sum(o.finished for o in outputs) == 20
+
+
+def test_a_rejected_request_keeps_its_whole_batch_out() -> None:
+    async def main() -> None:
+        engine = AsyncEngine(FakeEngine(fake_config()))
+        engine.start()
+        try:
+            with pytest.raises(InvalidInputError):
+                await engine.add_requests([("a", "hello"), ("b", ""), ("c", "hello")],
+                                          SamplingParams(max_tokens=50), OutputStream())
+            stats = await engine.stats()
+            assert (stats.num_running, stats.num_waiting, stats.blocks_used) == (0, 0, 0)
+            assert not engine.is_overloaded() and engine._pending_adds == 0
+        finally:
+            await engine.stop()
+
+    run(main())
+
+
+def test_a_submission_admits_its_prompts_in_one_step() -> None:
+    """One engine command for all of a call's prompts: one at a time, 20 prompts took 20 steps to admit, and the
+    first had 19 tokens before the last was in (a client that left meanwhile went unnoticed until then)."""
+    from pagedllm.entrypoints.server.submission import Submission
+
+    async def main() -> int:
+        engine = AsyncEngine(FakeEngine(fake_config(), step_delay=0.005))
+        engine.start()
+        try:
+            submission = Submission(engine, "cmpl")
+            await submission.add([[5, 6, 7]] * 20, SamplingParams(max_tokens=200, ignore_eos=True), None)
+            generated = (await engine.stats()).generation_tokens_total
+            submission.abort_unfinished()
+            return generated
+        finally:
+            await engine.stop()
+
+    assert run(main()) <= 2 * 20  # at most a step or two of all 20 by the time add() returned

@@ -100,3 +100,18 @@ def test_non_streaming_client_that_hangs_up_is_aborted(server: RunningServer) ->
     stats = server.wait_idle(timeout=15)
     assert (stats.num_running, stats.num_waiting, stats.blocks_used) == (0, 0, 0)
     assert finished_requests(server) == before
+
+
+def test_a_many_prompt_client_that_hangs_up_is_aborted(server: RunningServer) -> None:
+    """Every one of its prompts' requests is aborted, none finishes."""
+    before = finished_requests(server)
+    body = {"prompt": [f"prompt {i}" for i in range(32)], "max_tokens": LONG, "ignore_eos": True}
+    try:
+        httpx.post(server.base_url + "/v1/completions", json=body, timeout=httpx.Timeout(5, read=0.05))
+    except httpx.ReadTimeout:
+        pass  # the client gave up and closed the connection
+    else:
+        raise AssertionError("the request finished before the client hung up")
+    stats = server.wait_idle(timeout=15)
+    assert (stats.num_running, stats.num_waiting, stats.blocks_used) == (0, 0, 0)
+    assert finished_requests(server) == before

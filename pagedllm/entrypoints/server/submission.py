@@ -35,12 +35,12 @@ class Submission:
         return self._index_of[output.request_id]
 
     async def add(self, prompts: list[list[int]], params: SamplingParams, cache_salt: str | None) -> None:
+        """Every prompt in one engine command: they join the same step (one at a time, a list of N prompts took
+        N steps to admit, and its first requests could finish before its last were in)."""
+        self.request_ids = [f"{self.id}-{index}" for index in range(len(prompts))]
+        self._index_of = {request_id: index for index, request_id in enumerate(self.request_ids)}
         try:
-            for index, prompt in enumerate(prompts):
-                request_id = f"{self.id}-{index}"
-                self.request_ids.append(request_id)
-                self._index_of[request_id] = index
-                await self.engine.add_request(request_id, prompt, params, self.stream, cache_salt)
+            await self.engine.add_requests(list(zip(self.request_ids, prompts)), params, self.stream, cache_salt)
         except BaseException:
             self.abort_unfinished()
             raise
