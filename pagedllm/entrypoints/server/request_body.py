@@ -65,8 +65,8 @@ def _load_json(raw: bytes) -> Any:
         raise APIError(400, f"malformed JSON body: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:
         raise APIError(400, "malformed JSON body: nested too deeply") from None
-    except ValueError as exc:  # an integer past Python's digit limit for int()
-        raise APIError(400, f"malformed JSON body: {exc}") from None
+    except ValueError:  # an integer past Python's digit limit for int()
+        raise APIError(400, "malformed JSON body: a number too long to read (more than 4300 digits)") from None
 
 
 def _check_strings(data: Any) -> None:
