@@ -128,12 +128,13 @@ def test_a_lock_left_by_a_killed_build_does_not_stop_the_next_load(tmp_path: Pat
         pytest.skip("no compiled kernels here")
     from pagedllm.cache_dir import cache_dir
 
-    key = build.build_key(build.compiler())
-    (cache_dir() / "kernels" / key / "lock").touch()  # what the killed build left
+    build_dir = cache_dir() / "kernels" / build.build_key(build.compiler())
+    (build_dir / "lock").touch()  # what the killed build left
     script = "from pagedllm.kernels import load_cpu_kernels; assert load_cpu_kernels() is not None"
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, timeout=120, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert not (cache_dir() / "kernels" / key / "lock").exists()
+    with build._held_by_this_process(build_dir / ".flock"):  # no other process's load is under way (it has one)
+        assert not (build_dir / "lock").exists()
 
 
 def test_the_avx2_build_hides_newer_flags_and_targets_haswell(monkeypatch: pytest.MonkeyPatch) -> None:
