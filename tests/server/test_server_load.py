@@ -87,16 +87,19 @@ def finished_requests(server: RunningServer) -> float:
                if s.name == "pagedllm_request_success_total")
 
 
+def post_and_hang_up(server: RunningServer, body: dict) -> None:
+    try:
+        httpx.post(server.base_url + "/v1/completions", json=body, timeout=httpx.Timeout(5, read=0.05))
+    except httpx.ReadTimeout:
+        pass  # the client gave up and closed the connection
+    else:
+        raise AssertionError("the request finished before the client hung up")
+
+
 def test_non_streaming_client_that_hangs_up_is_aborted(server: RunningServer) -> None:
     before = finished_requests(server)
-    body = {"prompt": "a long one", "max_tokens": LONG, "ignore_eos": True}
     for _ in range(2):
-        try:
-            httpx.post(server.base_url + "/v1/completions", json=body, timeout=httpx.Timeout(5, read=0.05))
-        except httpx.ReadTimeout:
-            pass  # the client gave up and closed the connection
-        else:
-            raise AssertionError("the request finished before the client hung up")
+        post_and_hang_up(server, {"prompt": "a long one", "max_tokens": LONG, "ignore_eos": True})
     stats = server.wait_idle(timeout=15)
     assert (stats.num_running, stats.num_waiting, stats.blocks_used) == (0, 0, 0)
     assert finished_requests(server) == before
@@ -105,13 +108,7 @@ def test_non_streaming_client_that_hangs_up_is_aborted(server: RunningServer) ->
 def test_a_many_prompt_client_that_hangs_up_is_aborted(server: RunningServer) -> None:
     """Every one of its prompts' requests is aborted, none finishes."""
     before = finished_requests(server)
-    body = {"prompt": [f"prompt {i}" for i in range(32)], "max_tokens": LONG, "ignore_eos": True}
-    try:
-        httpx.post(server.base_url + "/v1/completions", json=body, timeout=httpx.Timeout(5, read=0.05))
-    except httpx.ReadTimeout:
-        pass  # the client gave up and closed the connection
-    else:
-        raise AssertionError("the request finished before the client hung up")
+    post_and_hang_up(server, {"prompt": [f"prompt {i}" for i in range(32)], "max_tokens": LONG, "ignore_eos": True})
     stats = server.wait_idle(timeout=15)
     assert (stats.num_running, stats.num_waiting, stats.blocks_used) == (0, 0, 0)
     assert finished_requests(server) == before
