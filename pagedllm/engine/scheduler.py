@@ -162,11 +162,12 @@ class Scheduler:
 
     def _evict(self, seq: Sequence) -> None:
         """Give a preempted sequence's blocks back: its K/V saved aside (swap) or recomputed later."""
+        num_computed = seq.num_computed
         if self.config.preemption_mode == "swap" and seq.num_computed > 0:
             self.swap.save(seq.seq_id, self.kv.block_table(seq.seq_id), seq.num_computed)
         else:
             seq.num_computed = 0
-        self.kv.free(seq.seq_id)
+        self.kv.free(seq.seq_id, num_computed)
 
     # -- waiting -------------------------------------------------------------------------------------
 
@@ -196,13 +197,13 @@ class Scheduler:
         wanted = sum(p.num_new for p in plans if not p.swapped)
         if request.params.use_beam_search and wanted > budget and out.scheduled:
             return None  # beams move together: wait for a step with room for all of them
-        allocated: list[Sequence] = []
+        allocated: list[Admission] = []
         for p in plans:
             if self.kv.allocate(p.seq.seq_id, p.seq.token_ids, p.num_new, p.prefix, request.extra_keys) is None:
-                for seq in allocated:  # all or nothing: undo this request's admission
-                    self.kv.free(seq.seq_id)
+                for done in allocated:  # all or nothing: undo this request's admission (no K/V copied back yet)
+                    self.kv.free(done.seq.seq_id, done.prefix.num_tokens if done.prefix else 0)
                 return None
-            allocated.append(p.seq)
+            allocated.append(p)
         for p in plans:
             self._start_seq(request, p, out)
         return wanted
@@ -266,7 +267,7 @@ class Scheduler:
     def _free_seq(self, seq: Sequence) -> None:
         """The sequence's life ends: its blocks, swapped K/V and id go."""
         if self.kv.has_seq(seq.seq_id):
-            self.kv.free(seq.seq_id)
+            self.kv.free(seq.seq_id, seq.num_computed)
         self.swap.drop(seq.seq_id)
         self.seqs.release(seq.seq_id)
 

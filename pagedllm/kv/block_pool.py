@@ -138,6 +138,12 @@ class BlockPool:
         self.num_cached_free_blocks += block.ref_cnt == 0
         return True
 
+    def uncache(self, block: Block) -> None:
+        """Forget an in-use block's hash: the step that was to write its K/V did not run."""
+        if block.block_hash is not None and self.cached.get(block.block_hash.digest) is block:
+            del self.cached[block.block_hash.digest]
+        block.block_hash = None
+
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash. Refused (False, nothing changed) while an in-use block holds one, since
         that block would stay findable after the reset."""

@@ -178,9 +178,18 @@ class KVCacheManager:
         self.pool.touch(self.pool.blocks[b] for b in src.table.blocks)
         self._seqs[child] = _Seq(src.table.copy(), list(src.keys), src.extra_keys)
 
-    def free(self, seq_id: SeqId) -> None:
-        """Give back every block, tail first, so a prefix outlives its suffix in the LRU queue."""
+    def free(self, seq_id: SeqId, num_computed: int | None = None) -> None:
+        """Give back every block, tail first, so a prefix outlives its suffix in the LRU queue. num_computed: how
+        many of its positions hold K/V (None: all it was given). A full block is hashed when it is allocated, so
+        that a prompt admitted in the same step can hit it; one past num_computed (a sequence preempted in the
+        pass that allocated it, or a step that failed) loses its hash, or a later hit would read what was never
+        written."""
         seq = self._get(seq_id)
+        if num_computed is not None:
+            for block_id in seq.table.blocks[num_computed // self.block_size : len(seq.keys)]:
+                block = self.pool.blocks[block_id]
+                if block.ref_cnt == 1:  # a block others hold is theirs to keep
+                    self.pool.uncache(block)
         self.pool.free_blocks(self.pool.blocks[b] for b in reversed(seq.table.blocks))
         del self._seqs[seq_id]
 

@@ -48,7 +48,7 @@ class FakeKV:
         for block in self.tables[child]:
             self.refs[block] += 1
 
-    def free(self, seq_id) -> None:
+    def free(self, seq_id, num_computed=None) -> None:  # no prefix cache: nothing to forget past num_computed
         for block in reversed(self.tables.pop(seq_id)):
             self.refs[block] -= 1
             if self.refs[block] == 0:

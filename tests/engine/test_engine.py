@@ -245,3 +245,19 @@ def test_warm_up_leaves_the_engine_as_new(tiny_llama_dir):
     (out,) = run_all(engine, [[5, 6, 7, 8, 9]], SamplingParams(max_tokens=4, **GREEDY))
     assert out.outputs[0].token_ids == tokens(run_all(make_engine(tiny_llama_dir), [[5, 6, 7, 8, 9]],
                                                      SamplingParams(max_tokens=4, **GREEDY)))[0]
+
+
+def test_preempting_forked_requests_keeps_their_tokens_with_prefix_caching(tiny_llama_dir):
+    """A block is hashed as it is allocated (a prompt admitted in the same step may hit it). A request preempted
+    in the pass that allocated its new blocks must take their hashes away with them, or its recomputation hits
+    blocks whose K/V were never written (n > 1 and beam requests: one sequence allocated, the next preempted)."""
+    prompts = random_prompts(6, seed=5, low=8, high=12)
+    kinds = [SamplingParams(max_tokens=15, **GREEDY),
+             SamplingParams(n=3, temperature=0.8, seed=1, max_tokens=10, ignore_eos=True),
+             SamplingParams(use_beam_search=True, beam_width=3, max_tokens=8, **GREEDY)]
+    params = kinds * 2
+    reference = run_all(make_engine(tiny_llama_dir), prompts, params)
+    small = make_engine(tiny_llama_dir, num_blocks=30)
+    squeezed = run_all(small, prompts, params, check_every_step=True)
+    assert [o.metrics.num_preemptions for o in squeezed[3:]] != [0, 0, 0], "the later requests were to be preempted"
+    assert [[c.token_ids for c in o.outputs] for o in squeezed] == [[c.token_ids for c in o.outputs] for o in reference]

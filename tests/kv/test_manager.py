@@ -34,6 +34,21 @@ def test_exact_block_orders_through_allocate_free_hit_evict():
     m.check_invariants()
 
 
+def test_blocks_past_the_computed_positions_lose_their_hash_when_freed():
+    m = KVCacheManager(4, 2)
+    m.allocate("a", [1, 2, 3, 4, 5, 6], 4)  # computed by a step
+    m.allocate("a", [1, 2, 3, 4, 5, 6], 2)  # the next step's block, hashed as allocated; that step never runs
+    m.free("a", num_computed=4)
+    assert m.lookup_prefix([1, 2, 3, 4, 5, 6, 7]) == PrefixHit([0, 1], 4)  # not the block never written
+    assert m.num_cached_blocks == 2
+    m.check_invariants()
+    m.allocate("b", [7, 8, 9, 9], 2)
+    m.fork("b", "c")  # a block others still hold keeps its hash
+    m.free("b", num_computed=0)
+    assert m.lookup_prefix([7, 8, 1]) == PrefixHit(m.block_table("c"), 2)
+    m.check_invariants()
+
+
 def test_cache_hit_takes_a_block_from_the_middle_of_the_queue():
     m = KVCacheManager(6, 2)
     m.allocate("a", [1, 2, 3, 4], 4)
