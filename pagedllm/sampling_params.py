@@ -1,11 +1,15 @@
 """SamplingParams: how one request picks its tokens and when it stops (vLLM / OpenAI defaults)."""
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal, NoReturn
 
 from pagedllm.errors import InvalidInputError
 
 MAX_LOGPROBS = 20
+# Temperature divides float32 logits: outside these bounds (0 apart) the quotient overflows or underflows.
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-6, 1e6
+MAX_TOP_K = 2**31 - 1  # larger is "every token" anyway; the sampler keeps top_k in 64-bit tensors
 EarlyStopping = bool | Literal["never"]
 
 
@@ -84,8 +88,13 @@ class SamplingParams:
         elif self.stop is None:
             self.stop = []
         else:
+            _check(isinstance(self.stop, (list, tuple)), "stop", "must be a string or a list of strings", self.stop)
             self.stop = list(self.stop)
-        self.stop_token_ids = [] if self.stop_token_ids is None else list(self.stop_token_ids)
+        ids = self.stop_token_ids
+        _check(ids is None or isinstance(ids, (list, tuple)), "stop_token_ids", "must be a list of integers", ids)
+        self.stop_token_ids = [] if ids is None else list(ids)
+        for name in ("ignore_eos", "use_beam_search", "skip_special_tokens", "include_stop_str_in_output"):
+            _check(isinstance(getattr(self, name), bool), name, "must be True or False", getattr(self, name))
         if self.top_k == -1:
             self.top_k = 0
         if self.use_beam_search and self.beam_width is None:
@@ -115,10 +124,12 @@ class SamplingParams:
                f"must be an integer in [0, {MAX_LOGPROBS}] or None", lp)
 
     def _check_sampling(self) -> None:
-        _check(self.temperature >= 0.0, "temperature", "must be >= 0", self.temperature)
+        t = self.temperature
+        _check(t == 0.0 or MIN_TEMPERATURE <= t <= MAX_TEMPERATURE, "temperature",
+               f"must be 0 (greedy) or in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}]", t)
         _check(0.0 < self.top_p <= 1.0, "top_p", "must be in (0, 1]", self.top_p)
-        _check(_is_int(self.top_k) and self.top_k >= 0, "top_k",
-               "must be an integer >= 1, or 0 / -1 to disable", self.top_k)
+        _check(_is_int(self.top_k) and 0 <= self.top_k <= MAX_TOP_K, "top_k",
+               f"must be an integer in [1, {MAX_TOP_K}], or 0 / -1 to disable", self.top_k)
         _check(0.0 <= self.min_p <= 1.0, "min_p", "must be in [0, 1]", self.min_p)
 
     def _check_penalties(self) -> None:
@@ -147,6 +158,7 @@ class SamplingParams:
             _check(es is False, "early_stopping",
                    "is only valid with use_beam_search=True", es)
             return
+        _check(math.isfinite(self.length_penalty), "length_penalty", "must be a finite number", self.length_penalty)
         bw = self.beam_width
         _check(_is_int(bw) and bw >= 1, "beam_width", "must be an integer >= 1", bw)
         _check(bw >= self.n, "beam_width", f"must be >= n ({self.n})", bw)
@@ -156,3 +168,9 @@ class SamplingParams:
         _check(self.top_p == 1.0 and self.top_k == 0 and self.min_p == 0.0, "top_p/top_k/min_p",
                "must be off (1.0 / 0 / 0.0) with use_beam_search",
                (self.top_p, self.top_k, self.min_p))
+        # what the search does not apply is refused, not ignored
+        _check(not self.stop, "stop", "(stop strings) is not supported with use_beam_search", self.stop)
+        _check(self.logprobs is None, "logprobs", "is not supported with use_beam_search", self.logprobs)
+        _check(not self.has_penalties, "presence_penalty/frequency_penalty/repetition_penalty",
+               "must be off (0 / 0 / 1.0) with use_beam_search",
+               (self.presence_penalty, self.frequency_penalty, self.repetition_penalty))

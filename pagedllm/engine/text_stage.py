@@ -31,13 +31,18 @@ def _add_token(token: SampledToken) -> None:
 
 def _beam_outputs(choice: BeamChoice, tokenizer: Tokenizer) -> list[CompletionOutput]:
     search: BeamSearch = choice.request.beam
-    skip = choice.request.params.skip_special_tokens
+    params = choice.request.params
     outputs = []
     for i, hypothesis in enumerate(search.best()):
-        text = tokenizer.decode(hypothesis.token_ids, skip_special_tokens=skip)
         ids = list(hypothesis.token_ids)
+        stopped = hypothesis.finish_reason == "stop"
+        # as a sampled sequence ends: the stop token's text only with include_stop_str_in_output
+        shown = ids[:-1] if stopped and not params.include_stop_str_in_output else ids
+        text = tokenizer.decode(shown, skip_special_tokens=params.skip_special_tokens)
+        stop_reason = ids[-1] if stopped and ids[-1] in params.stop_token_ids else None
         outputs.append(CompletionOutput(
             index=i, text=text, token_ids=ids, logprobs=None, finish_reason=hypothesis.finish_reason,
             cumulative_logprob=hypothesis.cum_logprob, new_text=text, new_token_ids=list(ids),
+            stop_reason=stop_reason,
         ))
     return outputs

@@ -86,15 +86,26 @@ class LLM:
         return [done[i] for i in ids]
 
 
+PROMPT_FORMS = "a string, a list of token ids (ints), or a list of those"
+
+
 def _as_prompt_list(prompts: Prompt | Seq[Prompt]) -> list[Prompt]:
     if isinstance(prompts, str):
         return [prompts]
-    prompts = list(prompts)
-    if prompts and all(isinstance(t, int) for t in prompts):
-        return [prompts]  # one prompt given as token ids
+    if not isinstance(prompts, (list, tuple)):
+        raise InvalidInputError(f"prompts must be {PROMPT_FORMS}, got {type(prompts).__name__}")
+    if prompts and all(_is_token_id(t) for t in prompts):
+        return [list(prompts)]  # one prompt given as token ids
     if not prompts:
         raise InvalidInputError("no prompts given")
+    for p in prompts:
+        if not (isinstance(p, str) or (isinstance(p, (list, tuple)) and all(_is_token_id(t) for t in p))):
+            raise InvalidInputError(f"each prompt must be a string or a list of token ids (ints), got {p!r:.80}")
     return [p if isinstance(p, str) else list(p) for p in prompts]
+
+
+def _is_token_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _params_per_prompt(params: SamplingParams | Seq[SamplingParams] | None, count: int) -> list[SamplingParams]:
@@ -102,7 +113,8 @@ def _params_per_prompt(params: SamplingParams | Seq[SamplingParams] | None, coun
         return [SamplingParams()] * count
     if isinstance(params, SamplingParams):
         return [params] * count
-    params = list(params)
+    if not isinstance(params, (list, tuple)) or not all(isinstance(p, SamplingParams) for p in params):
+        raise InvalidInputError(f"sampling_params must be a SamplingParams or a list of them, got {params!r:.80}")
     if len(params) != count:
         raise InvalidInputError(f"got {len(params)} SamplingParams for {count} prompts")
-    return params
+    return list(params)

@@ -20,7 +20,6 @@ Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
 # overflows or underflows float32 and sampling turns to NaN.
 Temperature = Annotated[float, Field(ge=0.0, le=1e6)]
 RepetitionPenalty = Annotated[float, Field(ge=1e-6, le=1e6)]
-MIN_TEMPERATURE = 1e-6
 # Each stop string is looked for after every token and each prompt becomes an engine request:
 # unbounded lists would let one request slow every step or flood the queue.
 MAX_STOP_STRINGS = 32
@@ -68,9 +67,6 @@ class _SamplingFields(_Body):
         # Refused rather than ignored: silently dropping them would change what the caller gets.
         if self.logit_bias:
             raise InvalidInputError("logit_bias is not supported")
-        if self.temperature is not None and 0.0 < self.temperature < MIN_TEMPERATURE:
-            raise InvalidInputError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}, "
-                                    f"got {self.temperature!r}")
 
     def _sampling_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {

@@ -75,6 +75,35 @@ def test_generate_with_a_bad_prompt_raises_and_leaves_no_request_behind(tiny_lla
     assert len(out.outputs[0].token_ids) == 3
 
 
+@pytest.mark.parametrize("prompts", [None, 5, b"hello", {"prompt": "hi"}, [1.0, 2.0], [1, 2.5], [None], [True, 2]],
+                         ids=["none", "int", "bytes", "dict", "floats", "mixed", "list-of-none", "bools"])
+def test_generate_names_a_prompt_of_no_accepted_form(tiny_llama_dir, prompts):
+    llm = LLM(model=str(tiny_llama_dir), num_blocks=64, block_size=4)
+    with pytest.raises(InvalidInputError, match="prompt"):
+        llm.generate(prompts, use_tqdm=False)
+    with pytest.raises(InvalidInputError, match="sampling_params"):
+        llm.generate("hi", {"temperature": 0}, use_tqdm=False)
+    assert llm.engine.requests == {} and llm.engine.kv.num_used_blocks == 0
+
+
+def test_beam_outputs_end_as_sampled_ones_do_on_a_stop_token(tiny_llama_dir):
+    """A beam that ends on a stop token id: the token in its ids, its text only with include_stop_str_in_output,
+    and it as the stop_reason (as for a sampled sequence)."""
+    llm = LLM(model=str(tiny_llama_dir), num_blocks=256, block_size=4)
+    prompt = random_prompts(1, seed=25)[0]
+    beam = dict(use_beam_search=True, n=2, beam_width=2, max_tokens=6, temperature=0.0, ignore_eos=True)
+    free = llm.generate([prompt], SamplingParams(**beam), use_tqdm=False)[0].outputs[0]
+    stop = free.token_ids[-1]  # the best beam's last token, made a stop token
+    for shown in (False, True):
+        params = SamplingParams(**beam, stop_token_ids=[stop], include_stop_str_in_output=shown)
+        ended = [c for c in llm.generate([prompt], params, use_tqdm=False)[0].outputs if c.finish_reason == "stop"]
+        assert ended, "a beam was to end on the stop token"
+        for c in ended:
+            assert c.token_ids[-1] == stop and c.stop_reason == stop
+            text = llm.engine.tokenizer.decode(c.token_ids if shown else c.token_ids[:-1], skip_special_tokens=True)
+            assert c.text == text
+
+
 def test_aborting_a_swapped_out_request_empties_its_swap_space(tiny_llama_dir):
     engine = make_engine(tiny_llama_dir, num_blocks=24, preemption_mode="swap")
     for i, prompt in enumerate(random_prompts(6, seed=25, low=20, high=30)):

@@ -224,9 +224,11 @@ def test_the_sampler_gives_the_same_tokens_with_and_without_the_kernel(kernels, 
 
 
 def test_parameters_float32_cannot_hold_go_to_torch_without_an_error(kernels) -> None:
-    """The Python API bounds neither: a temperature of 1e-300 or 1e300 and a top-p of 1e-50 leave float32's range."""
-    params = [SamplingParams(temperature=1e-300, seed=1), SamplingParams(temperature=1e300, seed=2),
+    """A top-p of 1e-50 leaves float32's range, and so would a temperature of 1e-300 or 1e300 (SamplingParams refuses
+    those; set after construction here, so the sampler's own guard is what is tested)."""
+    params = [SamplingParams(seed=1), SamplingParams(seed=2),
               SamplingParams(top_p=1e-50, seed=3), SamplingParams(temperature=0.8, seed=4)]  # fmt: skip
+    params[0].temperature, params[1].temperature = 1e-300, 1e300
     rows = [SamplingRow(p, make_generator(p.seed), [1], []) for p in params]
     tokens = [result.token_id for result in sample(logits(4, 300), rows, {0})]
     assert all(0 <= token < 300 for token in tokens)

@@ -63,6 +63,20 @@ def test_stop_ids_include_eos_unless_ignored():
         ({"use_beam_search": True, "temperature": 0, "n": 3, "beam_width": 2}, "beam_width"),
         ({"use_beam_search": True, "temperature": 0, "top_k": 5}, "top_k"),
         ({"use_beam_search": True, "temperature": 0, "early_stopping": "always"}, "early_stopping"),
+        ({"top_k": 2**63}, "top_k"),
+        ({"temperature": 1e-45}, "temperature"),
+        ({"temperature": float("inf")}, "temperature"),
+        ({"stop": 5}, "stop"),
+        ({"stop": {"a": 1}}, "stop"),
+        ({"stop_token_ids": 5}, "stop_token_ids"),
+        ({"ignore_eos": "no"}, "ignore_eos"),
+        ({"use_beam_search": "yes"}, "use_beam_search"),
+        ({"skip_special_tokens": 0}, "skip_special_tokens"),
+        ({"use_beam_search": True, "temperature": 0, "length_penalty": float("-inf")}, "length_penalty"),
+        # what beam search does not apply is refused, not ignored
+        ({"use_beam_search": True, "temperature": 0, "stop": ["\n"]}, "stop"),
+        ({"use_beam_search": True, "temperature": 0, "logprobs": 2}, "logprobs"),
+        ({"use_beam_search": True, "temperature": 0, "presence_penalty": 2.0}, "presence_penalty"),
     ],
 )
 def test_invalid_values_name_the_field(kwargs, field):
