@@ -73,6 +73,8 @@ class IncrementalDetokenizer:
         self._final: str | None = None  # set once a stop string matched or finish() ran
         self.stop_reason: str | None = None  # the stop string that matched
         self._max_stop = max((len(s) for s in params.stop), default=0)
+        self._num_output = 0  # output tokens appended
+        self._stop_after = 0  # a stop string must end past this much of _decoded (none before min_tokens)
 
     @property
     def text(self) -> str:
@@ -87,10 +89,13 @@ class IncrementalDetokenizer:
         """Add one output token; return the text delta that is now safe to show."""
         if self._final is not None:
             return ""
+        self._num_output += 1
         if token_id in self.stop_token_ids and not self.params.include_stop_str_in_output:
             return ""
         self.ids.append(token_id)
         self._decoded += self._decode_new(flush=False)
+        if self._num_output < self.params.min_tokens:  # as for EOS and stop ids: no stop before min_tokens
+            self._stop_after = len(self._decoded)
         return self._advance(final=False)
 
     def finish(self) -> str:
@@ -132,7 +137,7 @@ class IncrementalDetokenizer:
         start = max(0, self._emitted - self._max_stop)
         best: tuple[int, str] | None = None
         for stop in self.params.stop:
-            i = self._decoded.find(stop, start)
+            i = self._decoded.find(stop, max(start, self._stop_after - len(stop) + 1))
             if i >= 0 and (best is None or i < best[0]):
                 best = (i, stop)
         if best is None:

@@ -132,6 +132,18 @@ def test_include_stop_str_in_output(tokenizer):
     assert "".join(deltas) == detok.text == "x = 1; END"
 
 
+def test_no_stop_string_ends_the_output_before_min_tokens(tokenizer):
+    """As for EOS and stop ids: before min_tokens output tokens, a stop string is only text."""
+    text = " Paris is the capital. Paris is big."
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    first = len(tokenizer.encode(" Paris", add_special_tokens=False))
+    detok, deltas = stream(tokenizer, ids, SamplingParams(stop=[" Paris"], min_tokens=first + 1))
+    assert detok.text == "".join(deltas) == " Paris is the capital."
+    assert detok.stop_reason == " Paris"
+    detok, _ = stream(tokenizer, ids, SamplingParams(stop=[" Paris"]))
+    assert detok.text == ""
+
+
 def test_finish_flushes_held_stop_prefix(tokenizer):
     ids = tokenizer.encode("ends with ST", add_special_tokens=False)
     detok, deltas = stream(tokenizer, ids, SamplingParams(stop=["STOP"]))
