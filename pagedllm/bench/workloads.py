@@ -75,7 +75,7 @@ class WorkloadSpec:
 def build_workload(spec: WorkloadSpec) -> Workload:
     if spec.name not in WORKLOADS:
         return load_jsonl(spec.name, spec.max_model_len)
-    count = spec.num_requests or DEFAULT_NUM_REQUESTS[spec.name]
+    count = DEFAULT_NUM_REQUESTS[spec.name] if spec.num_requests is None else spec.num_requests
     if count <= 0:
         raise InvalidInputError(f"--num-requests must be positive, got {count}")
     rng = random.Random(spec.seed)

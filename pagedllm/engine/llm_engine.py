@@ -145,6 +145,10 @@ class LLMEngine:
         if isinstance(prompt, str):
             if not prompt:
                 raise InvalidInputError("prompt is empty")
+            try:
+                prompt.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate (as a command line's undecodable bytes become)
+                raise InvalidInputError("prompt holds characters that are not valid Unicode") from None
             return prompt, list(self.tokenizer(prompt).input_ids)
         token_ids = list(prompt)
         vocab = self.model_config.vocab_size

@@ -91,3 +91,9 @@ def test_unknown_workload_and_too_long_jsonl(tmp_path):
     path.write_text(json.dumps({"prompt": list(range(20, 120)), "max_tokens": 50}) + "\n")
     with pytest.raises(InvalidInputError, match="does not fit"):
         load_jsonl(path, 128)
+
+
+@pytest.mark.parametrize("count", [0, -3])
+def test_a_count_of_no_requests_is_refused(count):
+    with pytest.raises(InvalidInputError, match="num-requests"):
+        build_workload(WorkloadSpec("mixed", count))

@@ -75,8 +75,9 @@ def test_generate_with_a_bad_prompt_raises_and_leaves_no_request_behind(tiny_lla
     assert len(out.outputs[0].token_ids) == 3
 
 
-@pytest.mark.parametrize("prompts", [None, 5, b"hello", {"prompt": "hi"}, [1.0, 2.0], [1, 2.5], [None], [True, 2]],
-                         ids=["none", "int", "bytes", "dict", "floats", "mixed", "list-of-none", "bools"])
+@pytest.mark.parametrize("prompts", [None, 5, b"hello", {"prompt": "hi"}, [1.0, 2.0], [1, 2.5], [None], [True, 2],
+                                     "abc\ud800def"],
+                         ids=["none", "int", "bytes", "dict", "floats", "mixed", "list-of-none", "bools", "surrogate"])
 def test_generate_names_a_prompt_of_no_accepted_form(tiny_llama_dir, prompts):
     llm = LLM(model=str(tiny_llama_dir), num_blocks=64, block_size=4)
     with pytest.raises(InvalidInputError, match="prompt"):
