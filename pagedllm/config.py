@@ -11,9 +11,9 @@ _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 def parse_memory_size(text: str | int) -> int:
     """'2GiB', '512MiB', '1.5G' or a plain byte count -> bytes (binary units)."""
-    if isinstance(text, int):
+    if isinstance(text, int) and not isinstance(text, bool):
         return text
-    match = _SIZE.match(text)
+    match = _SIZE.match(text) if isinstance(text, str) else None
     if not match:
         raise InvalidInputError(f"cannot read memory size {text!r}; use e.g. '2GiB' or '512MiB'")
     return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
@@ -84,10 +84,15 @@ class EngineConfig:
         _require_choice("preemption_mode", self.preemption_mode, PREEMPTION_MODES)
         _require_device_name(self.device)
         _require_fraction("gpu_memory_utilization", self.gpu_memory_utilization)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise InvalidInputError(f"seed must be an integer, got {self.seed!r}")
+        for name in ("enable_prefix_caching", "enforce_eager"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidInputError(f"{name} must be True or False, got {getattr(self, name)!r}")
 
 
 def _require_positive(name: str, value: int) -> None:
-    if not isinstance(value, int) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise InvalidInputError(f"{name} must be a positive integer, got {value!r}")
 
 

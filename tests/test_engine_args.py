@@ -3,8 +3,11 @@
 import argparse
 from dataclasses import fields
 
+import pytest
+
 from pagedllm.config import EngineConfig
 from pagedllm.entrypoints.engine_args import add_engine_arguments, engine_config_from_args
+from pagedllm.errors import InvalidInputError
 
 
 def test_each_option_maps_to_its_config_field():
@@ -46,3 +49,13 @@ def test_readme_engine_option_table_matches_the_config():
     for f in fields(EngineConfig):
         if f.default is not None:
             assert rows[f.name].strip().strip("`") == str(f.default), f.name
+
+
+@pytest.mark.parametrize("options", [dict(seed="x"), dict(seed=1.5), dict(block_size=True), dict(num_blocks=True),
+                                     dict(kv_cache_memory=1.5e9), dict(kv_cache_memory=None),
+                                     dict(enable_prefix_caching="no"), dict(enforce_eager="no")],
+                         ids=lambda options: f"{next(iter(options))}={next(iter(options.values()))!r}")
+def test_a_value_of_the_wrong_type_names_its_field_before_anything_loads(options):
+    field = next(iter(options))
+    with pytest.raises(InvalidInputError, match=field if field != "kv_cache_memory" else "memory size"):
+        EngineConfig(**options)
