@@ -6,6 +6,7 @@ Each module defines `add_arguments(parser)` and `run(args) -> int` and keeps tor
 
 import argparse
 import importlib
+from pathlib import Path
 
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "throughput": ("pagedllm.bench.throughput", "offline throughput: all requests at once, optional baselines"),
@@ -30,4 +31,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    _check_output_folders(args)
     return int(args._bench_module.run(args) or 0)
+
+
+def _check_output_folders(args: argparse.Namespace) -> None:
+    """Before the benchmark runs, not after: each report path's folder must exist."""
+    from pagedllm.errors import InvalidInputError
+
+    for option in ("json", "md", "plot"):
+        path = getattr(args, option, None)
+        if isinstance(path, str) and not Path(path).expanduser().parent.is_dir():
+            raise InvalidInputError(f"--{option} {path}: no folder {Path(path).parent} to write it in")

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args._module.run(args) or 0)
     except KeyboardInterrupt:
         return 130
-    except UserFacingError as exc:
+    except (UserFacingError, OSError) as exc:  # bad input, or a file that cannot be read or written
         print(f"pagedllm {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

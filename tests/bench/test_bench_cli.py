@@ -122,3 +122,23 @@ def test_profile_step_splits_the_run_and_lists_the_top_functions(tiny_llama_dir,
     for line in ("output tok/s over", "engine step (total)", "Python and everything else", "Ordered by: internal time"):
         assert line in out
     assert "List reduced from" in out and "to 3 due to restriction" in out
+
+
+def test_a_report_path_without_its_folder_is_refused_before_the_run(tiny_llama_dir, tmp_path, capsys):
+    missing = tmp_path / "no-such-folder" / "out.json"
+    code = main(["bench", "throughput", "--model", str(tiny_llama_dir), "--num-requests", "2", "--no-progress",
+                 "--json", str(missing)])
+    assert code == 2 and "no folder" in capsys.readouterr().err
+
+
+def test_a_file_that_cannot_be_written_is_a_one_line_error(tmp_path, capsys, monkeypatch):
+    from pagedllm.entrypoints import convert_cmd
+
+    def run(args):  # what writing into a path under a file raises
+        (tmp_path / "a-file").write_text("")
+        (tmp_path / "a-file" / "out").mkdir()
+
+    monkeypatch.setattr(convert_cmd, "run", run)
+    code = main(["convert", "--to-hf", str(tmp_path / "a-file" / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("pagedllm convert: error:") and "Traceback" not in err
