@@ -3,6 +3,7 @@
 import re
 from dataclasses import dataclass, field
 
+from pagedllm.checks import is_int
 from pagedllm.errors import InvalidInputError
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B)?\s*$", re.IGNORECASE)
@@ -11,7 +12,7 @@ _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 def parse_memory_size(text: str | int) -> int:
     """'2GiB', '512MiB', '1.5G' or a plain byte count -> bytes (binary units)."""
-    if isinstance(text, int) and not isinstance(text, bool):
+    if is_int(text):
         return text
     match = _SIZE.match(text) if isinstance(text, str) else None
     if not match:
@@ -84,16 +85,20 @@ class EngineConfig:
         _require_choice("preemption_mode", self.preemption_mode, PREEMPTION_MODES)
         _require_device_name(self.device)
         _require_fraction("gpu_memory_utilization", self.gpu_memory_utilization)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+        if not is_int(self.seed):
             raise InvalidInputError(f"seed must be an integer, got {self.seed!r}")
-        for name in ("enable_prefix_caching", "enforce_eager"):
-            if not isinstance(getattr(self, name), bool):
-                raise InvalidInputError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        _require_bool("enable_prefix_caching", self.enable_prefix_caching)
+        _require_bool("enforce_eager", self.enforce_eager)
 
 
 def _require_positive(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    if not is_int(value) or value <= 0:
         raise InvalidInputError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _require_bool(name: str, value: bool) -> None:
+    if not isinstance(value, bool):
+        raise InvalidInputError(f"{name} must be True or False, got {value!r}")
 
 
 def _require_choice(name: str, value: str, choices: tuple[str, ...]) -> None:

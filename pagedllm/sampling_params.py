@@ -4,6 +4,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal, NoReturn
 
+from pagedllm.checks import is_int
 from pagedllm.errors import InvalidInputError
 
 MAX_LOGPROBS = 20
@@ -20,10 +21,6 @@ def _fail(name: str, rule: str, value: object) -> NoReturn:
 def _check(ok: bool, name: str, rule: str, value: object) -> None:
     if not ok:
         _fail(name, rule, value)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(slots=True)
@@ -103,24 +100,24 @@ class SamplingParams:
         for name in ("temperature", "top_p", "min_p", "presence_penalty",
                      "frequency_penalty", "repetition_penalty", "length_penalty"):
             value = getattr(self, name)
-            _check(isinstance(value, (int, float)) and not isinstance(value, bool),
+            _check(is_int(value) or isinstance(value, float),
                    name, "must be a number", value)
             setattr(self, name, float(value))
 
     def _check_counts(self) -> None:
-        _check(_is_int(self.n) and self.n >= 1, "n", "must be an integer >= 1", self.n)
+        _check(is_int(self.n) and self.n >= 1, "n", "must be an integer >= 1", self.n)
         mt = self.max_tokens
-        _check(mt is None or (_is_int(mt) and mt >= 1), "max_tokens",
+        _check(mt is None or (is_int(mt) and mt >= 1), "max_tokens",
                "must be an integer >= 1 or None", mt)
-        _check(_is_int(self.min_tokens) and self.min_tokens >= 0, "min_tokens",
+        _check(is_int(self.min_tokens) and self.min_tokens >= 0, "min_tokens",
                "must be an integer >= 0", self.min_tokens)
         if mt is not None:
             _check(self.min_tokens <= mt, "min_tokens",
                    f"must be <= max_tokens ({mt})", self.min_tokens)
-        _check(self.seed is None or _is_int(self.seed), "seed",
+        _check(self.seed is None or is_int(self.seed), "seed",
                "must be an integer or None", self.seed)
         lp = self.logprobs
-        _check(lp is None or (_is_int(lp) and 0 <= lp <= MAX_LOGPROBS), "logprobs",
+        _check(lp is None or (is_int(lp) and 0 <= lp <= MAX_LOGPROBS), "logprobs",
                f"must be an integer in [0, {MAX_LOGPROBS}] or None", lp)
 
     def _check_sampling(self) -> None:
@@ -128,7 +125,7 @@ class SamplingParams:
         _check(t == 0.0 or MIN_TEMPERATURE <= t <= MAX_TEMPERATURE, "temperature",
                f"must be 0 (greedy) or in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}]", t)
         _check(0.0 < self.top_p <= 1.0, "top_p", "must be in (0, 1]", self.top_p)
-        _check(_is_int(self.top_k) and 0 <= self.top_k <= MAX_TOP_K, "top_k",
+        _check(is_int(self.top_k) and 0 <= self.top_k <= MAX_TOP_K, "top_k",
                f"must be an integer in [1, {MAX_TOP_K}], or 0 / -1 to disable", self.top_k)
         _check(0.0 <= self.min_p <= 1.0, "min_p", "must be in [0, 1]", self.min_p)
 
@@ -143,7 +140,7 @@ class SamplingParams:
         for s in self.stop:
             _check(isinstance(s, str) and s != "", "stop", "must contain non-empty strings", s)
         for t in self.stop_token_ids:
-            _check(_is_int(t) and t >= 0, "stop_token_ids",
+            _check(is_int(t) and t >= 0, "stop_token_ids",
                    "must contain integers >= 0", t)
 
     def _check_beam(self) -> None:
@@ -160,7 +157,7 @@ class SamplingParams:
             return
         _check(math.isfinite(self.length_penalty), "length_penalty", "must be a finite number", self.length_penalty)
         bw = self.beam_width
-        _check(_is_int(bw) and bw >= 1, "beam_width", "must be an integer >= 1", bw)
+        _check(is_int(bw) and bw >= 1, "beam_width", "must be an integer >= 1", bw)
         _check(bw >= self.n, "beam_width", f"must be >= n ({self.n})", bw)
         _check(self.temperature == 0.0, "temperature",
                "must be 0 with use_beam_search (beam search is deterministic)",

@@ -8,6 +8,8 @@ import argparse
 import importlib
 from pathlib import Path
 
+from pagedllm.errors import InvalidInputError
+
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "throughput": ("pagedllm.bench.throughput", "offline throughput: all requests at once, optional baselines"),
     "sweep": ("pagedllm.bench.sweep", "sweep block size, max_num_seqs or max_num_batched_tokens: throughput and KV waste per point"),
@@ -37,9 +39,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_output_folders(args: argparse.Namespace) -> None:
     """Before the benchmark runs, not after: each report path's folder must exist."""
-    from pagedllm.errors import InvalidInputError
-
     for option in ("json", "md", "plot"):
         path = getattr(args, option, None)
-        if isinstance(path, str) and not Path(path).expanduser().parent.is_dir():
-            raise InvalidInputError(f"--{option} {path}: no folder {Path(path).parent} to write it in")
+        folder = Path(path).expanduser().parent if isinstance(path, str) else None
+        if folder is not None and not folder.is_dir():
+            raise InvalidInputError(f"--{option} {path}: no folder {folder} to write it in")

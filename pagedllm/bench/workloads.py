@@ -11,6 +11,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pagedllm.checks import is_int
 from pagedllm.bench.stats_math import Summary, summarize
 from pagedllm.errors import InvalidInputError
 
@@ -168,13 +169,13 @@ def _parse_line(line: str, where: str) -> BenchRequest:
     if not isinstance(obj, dict):
         raise InvalidInputError(f"{where}: expected a JSON object")
     prompt = obj.get("prompt")
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+    if isinstance(prompt, list) and prompt and all(map(is_int, prompt)):
         pass
     elif not (isinstance(prompt, str) and prompt):
         raise InvalidInputError(f'{where}: "prompt" must be non-empty text or a list of token ids')
     max_tokens, n = obj.get("max_tokens", 64), obj.get("n", 1)
     for key, value in (("max_tokens", max_tokens), ("n", n)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not is_int(value) or value < 1:
             raise InvalidInputError(f'{where}: "{key}" must be an integer >= 1, got {value!r}')
     return BenchRequest(prompt, max_tokens, n=n, beam=bool(obj.get("beam", False)))
 

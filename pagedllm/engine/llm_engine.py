@@ -9,6 +9,7 @@ import gc
 import itertools
 import logging
 
+from pagedllm.checks import is_int
 from pagedllm.config import EngineConfig
 from pagedllm.engine.device import resolve_device
 from pagedllm.engine.kv_snapshot import kv_snapshot
@@ -154,7 +155,7 @@ class LLMEngine:
         vocab = self.model_config.vocab_size
         if not token_ids:
             raise InvalidInputError("prompt is empty")
-        bad = [t for t in token_ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab]
+        bad = [t for t in token_ids if not is_int(t) or not 0 <= t < vocab]
         if bad:
             raise InvalidInputError(f"prompt token ids must be integers in [0, {vocab}); got {bad[:3]}")
         return None, token_ids

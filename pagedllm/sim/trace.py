@@ -23,6 +23,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from pagedllm.checks import is_int
 from pagedllm.errors import InvalidInputError
 
 DEFAULT_MAX_LEN = 2048
@@ -52,7 +53,7 @@ def _int_field(obj: dict, key: str, minimum: int, required: bool) -> int | None:
             raise ValueError(f'missing field "{key}"')
         return None
     value = obj[key]
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise ValueError(f'"{key}" must be an integer, got {value!r}')
     if value < minimum:
         kind = "negative" if value < 0 else "too small"
@@ -72,7 +73,7 @@ def parse_request(obj: object) -> TraceRequest:
         prefix_len=_int_field(obj, "prefix_len", 0, False),
     )
     group = obj.get("prefix_group")
-    if group is not None and (isinstance(group, bool) or not isinstance(group, int | str)):
+    if group is not None and not (is_int(group) or isinstance(group, str)):
         raise ValueError(f'"prefix_group" must be an integer or a string, got {group!r}')
     req.prefix_group = group
     if req.prefix_len is not None:
