@@ -79,6 +79,8 @@ def build_workload(spec: WorkloadSpec) -> Workload:
     count = DEFAULT_NUM_REQUESTS[spec.name] if spec.num_requests is None else spec.num_requests
     if count <= 0:
         raise InvalidInputError(f"--num-requests must be positive, got {count}")
+    if spec.prefix_len < 0:
+        raise InvalidInputError(f"--prefix-len must be >= 0, got {spec.prefix_len}")
     rng = random.Random(spec.seed)
     make = _GENERATORS[spec.name]
     requests = [_clip(r, spec.max_model_len) for r in make(rng, count, spec)]

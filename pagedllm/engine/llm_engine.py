@@ -35,6 +35,13 @@ logger = logging.getLogger("pagedllm")
 _MAX_DEFAULT_LEN = 8192
 
 
+def _max_model_len(wanted: int | None, model_len: int) -> int:
+    """The configured length, or the model's own (at most _MAX_DEFAULT_LEN); never past the model's."""
+    if wanted is not None and wanted > model_len:
+        raise InvalidInputError(f"max_model_len {wanted} exceeds the model's maximum context length {model_len}")
+    return wanted or min(model_len, _MAX_DEFAULT_LEN)
+
+
 class LLMEngine:
     def __init__(self, config: EngineConfig | None = None) -> None:
         from pagedllm.model.loader import load_model
@@ -53,7 +60,12 @@ class LLMEngine:
             self.model, self.model_config = load_model(path, self.dtype, self.device)
         self.tokenizer = load_tokenizer(path)
         self.model_name = config.served_model_name or _model_name(path)
-        self.max_model_len = config.max_model_len or min(self.model_config.max_position_embeddings, _MAX_DEFAULT_LEN)
+        try:
+            self.max_model_len = _max_model_len(config.max_model_len, self.model_config.max_position_embeddings)
+        except InvalidInputError:
+            if parallel:
+                self.executor.shutdown()  # the workers started with the model
+            raise
         if not parallel:
             self.executor = LocalExecutor(self._build_runner())
         self.runner, self.model = self.executor.runner, self.executor.runner.model

@@ -34,9 +34,12 @@ def _int_list(text: str, flag: str) -> tuple[int, ...]:
     from pagedllm.errors import InvalidInputError
 
     try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
+        values = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise InvalidInputError(f"{flag}: expected comma-separated integers, got {text!r}") from None
+    if not values:
+        raise InvalidInputError(f"{flag}: expected at least one integer, got {text!r}")
+    return values
 
 
 def _trace(args: argparse.Namespace):

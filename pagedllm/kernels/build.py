@@ -2,7 +2,9 @@
 
 The build targets the CPU it runs on (-march=native: AVX2, AVX-512, AVX512-BF16, whatever it reports), so
 the cache key covers the CPU's flags as well as the sources, torch and the compiler: a build from another
-CPU kind is never loaded. Where no compiler is found, or the build fails, `load_cpu_kernels()` logs one
+CPU kind is never loaded. It covers where torch is installed too: two environments on one machine (a
+checkout's and a fresh clone's) each keep their own build instead of rebuilding over each other's, since
+torch's extension loader rebuilds whenever the include paths it compiled with change. Where no compiler is found, or the build fails, `load_cpu_kernels()` logs one
 line and returns None, and the engine keeps its torch path.
 
 PAGEDLLM_KERNELS_ISA=avx2 builds for AVX2 alone (-march=haswell) and hides the CPU's newer vector flags from
@@ -90,7 +92,8 @@ def build_key(cxx: str) -> str:
         if path.suffix in (".cpp", ".h"):
             digest.update(path.name.encode() + path.read_bytes())
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
-    for part in (torch.__version__, version, " ".join(cflags()), " ".join(sorted(cpu_flags()))):
+    torch_dir = str(Path(torch.__file__).parent)
+    for part in (torch.__version__, torch_dir, version, " ".join(cflags()), " ".join(sorted(cpu_flags()))):
         digest.update(part.encode())
     return digest.hexdigest()[:16]
 

@@ -97,3 +97,8 @@ def test_unknown_workload_and_too_long_jsonl(tmp_path):
 def test_a_count_of_no_requests_is_refused(count):
     with pytest.raises(InvalidInputError, match="num-requests"):
         build_workload(WorkloadSpec("mixed", count))
+
+
+def test_a_negative_prefix_length_is_refused():
+    with pytest.raises(InvalidInputError, match="prefix-len"):
+        build_workload(WorkloadSpec("shared-prefix", 4, prefix_len=-5))

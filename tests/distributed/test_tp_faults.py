@@ -9,7 +9,7 @@ import pytest
 from tp_helpers import alive, children, completions, make_llm
 
 from pagedllm import SamplingParams
-from pagedllm.errors import WorkerFailedError
+from pagedllm.errors import InvalidInputError, WorkerFailedError
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
 
@@ -25,6 +25,13 @@ def _assert_gone(pids: list[int], within: float = 10.0) -> None:
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(alive(p) for p in pids), f"orphan workers: {[p for p in pids if alive(p)]}"
+
+
+def test_a_refused_setting_stops_the_started_workers(tiny_llama_dir) -> None:
+    before = set(children(os.getpid()))
+    with pytest.raises(InvalidInputError, match="max_model_len"):
+        make_llm(tiny_llama_dir, 2, max_model_len=4096)
+    _assert_gone(sorted(set(children(os.getpid())) - before))
 
 
 def test_a_killed_worker_fails_the_next_request_at_once(tiny_llama_dir) -> None:

@@ -55,6 +55,12 @@ def test_a_prompt_of_exactly_max_model_len_tokens_is_rejected(tiny_llama_dir):
     assert len(out.outputs[0].token_ids) == 1 and out.outputs[0].finish_reason == "length"
 
 
+def test_a_max_model_len_past_the_models_own_is_refused(tiny_llama_dir):
+    with pytest.raises(InvalidInputError, match="max_model_len 1024 exceeds the model's maximum context length 512"):
+        make_engine(tiny_llama_dir, max_model_len=1024)
+    assert make_engine(tiny_llama_dir, max_model_len=512).max_model_len == 512
+
+
 def test_generate_returns_outputs_in_prompt_order(tiny_llama_dir):
     llm = LLM(model=str(tiny_llama_dir), num_blocks=256, block_size=4)
     prompts = random_prompts(5, seed=23)

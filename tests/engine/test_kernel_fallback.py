@@ -137,6 +137,19 @@ def test_a_lock_left_by_a_killed_build_does_not_stop_the_next_load(tmp_path: Pat
         assert not (build_dir / "lock").exists()
 
 
+def test_each_torch_installation_has_its_own_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second environment on the machine must not rebuild over the first one's build (torch rebuilds when
+    the include paths change), so where torch lies is part of the key."""
+    import torch
+
+    cxx = build.compiler()
+    if cxx is None:
+        pytest.skip("no C++ compiler here")
+    here = build.build_key(cxx)
+    monkeypatch.setattr(torch, "__file__", "/another/venv/site-packages/torch/__init__.py")
+    assert build.build_key(cxx) != here
+
+
 def test_the_avx2_build_hides_newer_flags_and_targets_haswell(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(build, "cpuinfo", lambda field: "fpu avx2 fma avx512f avx512_bf16 amx_tile amx_bf16")
     monkeypatch.setenv(build.ISA_ENV, "avx2")

@@ -36,6 +36,7 @@ def test_draws_a_contiguous_policy_from_a_trace_file(tmp_path):
 @pytest.mark.parametrize("extra, message", [
     (["--block-sizes", "0"], "block size must be positive"),
     (["--block-sizes", "4,x"], "comma-separated integers"),
+    (["--block-sizes", ""], "at least one integer"),
     (["--draw-policy", "paged-99", "--draw", "3", "--out", "x.png"], "unknown draw policy"),
     (["--policies", "contig-pow2"], "unknown policy"),
     (["--draw", "3"], "go together"),
