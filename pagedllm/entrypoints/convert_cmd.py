@@ -5,7 +5,7 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--to-hf", metavar="DIR", required=True, type=Path, help="output Hugging Face directory")
+    parser.add_argument("--to-hf", metavar="DIR", required=True, help="output Hugging Face directory")
     parser.add_argument("--model", metavar="PATH", help="GGUF file or HF directory (default: the built-in model)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                         help="weight dtype on disk (default float32: the exact dequantized values)")  # fmt: skip
@@ -22,7 +22,9 @@ def run(args: argparse.Namespace) -> int:
     from pagedllm.model.loader import load_model
     from pagedllm.model.tokenizer import load_tokenizer
 
-    out: Path = args.to_hf.expanduser()
+    if not args.to_hf.strip() or args.model is not None and not args.model.strip():
+        raise InvalidInputError("--to-hf and --model need a path, not an empty string")
+    out = Path(args.to_hf).expanduser()
     if (out / "config.json").exists() and not args.force:
         raise InvalidInputError(f"{out} already holds a model (config.json); pass --force to overwrite")
     source = Path(args.model).expanduser() if args.model else require_default_model()

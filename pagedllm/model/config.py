@@ -1,8 +1,10 @@
 """ModelConfig: the hyperparameters of a Llama-family decoder, read from an HF config.json or GGUF metadata."""
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from pagedllm.checks import is_int
 from pagedllm.errors import ModelLoadError
 
 # HF model_type / GGUF general.architecture -> whether q/k/v projections carry biases by default.
@@ -19,7 +21,8 @@ class RopeScaling:
     original_max_position_embeddings: int
 
     def __post_init__(self) -> None:
-        if self.factor <= 0 or self.low_freq_factor <= 0 or self.high_freq_factor <= self.low_freq_factor:
+        if (self.factor <= 0 or self.low_freq_factor <= 0 or self.high_freq_factor <= self.low_freq_factor
+                or self.original_max_position_embeddings <= 0):
             raise ModelLoadError(f"invalid llama3 rope scaling {self}")
 
 
@@ -46,8 +49,9 @@ class ModelConfig:
         if self.architecture not in SUPPORTED_ARCHITECTURES:
             supported = ", ".join(sorted(SUPPORTED_ARCHITECTURES))
             raise ModelLoadError(f"unsupported architecture {self.architecture!r}; supported: {supported}")
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads"):
-            if getattr(self, name) <= 0:
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
+                     "max_position_embeddings", "rms_norm_eps", "rope_theta"):
+            if not getattr(self, name) > 0:  # NaN fails too
                 raise ModelLoadError(f"model config: {name} must be positive, got {getattr(self, name)}")
         if self.num_heads % self.num_kv_heads:
             raise ModelLoadError(f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
@@ -61,31 +65,33 @@ class ModelConfig:
     @classmethod
     def from_hf_dict(cls, cfg: dict[str, Any]) -> "ModelConfig":
         """From a transformers config.json dict (v4 `rope_theta`/`rope_scaling` or v5 `rope_parameters`)."""
+        if not isinstance(cfg, dict):
+            raise ModelLoadError(f"config.json must hold a JSON object, got {type(cfg).__name__}")
         arch = _hf_architecture(cfg)
-        try:
-            num_heads = int(cfg["num_attention_heads"])
-            hidden = int(cfg["hidden_size"])
-            rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-            return cls(
-                architecture=arch,
-                vocab_size=int(cfg["vocab_size"]),
-                hidden_size=hidden,
-                intermediate_size=int(cfg["intermediate_size"]),
-                num_layers=int(cfg["num_hidden_layers"]),
-                num_heads=num_heads,
-                num_kv_heads=int(cfg.get("num_key_value_heads") or num_heads),
-                head_dim=int(cfg.get("head_dim") or hidden // num_heads),
-                rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-5)),
-                rope_theta=float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))),
-                rope_scaling=_rope_scaling(rope),
-                max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
-                tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-                attention_bias=bool(cfg.get("attention_bias", SUPPORTED_ARCHITECTURES[arch])),
-                bos_token_id=cfg.get("bos_token_id"),
-                eos_token_ids=_as_list(cfg.get("eos_token_id")),
-            )
-        except KeyError as exc:
-            raise ModelLoadError(f"config.json lacks required key {exc.args[0]!r}") from None
+        read = _Reader(cfg, "config.json")
+        if cfg.get("hidden_act", "silu") != "silu":
+            raise ModelLoadError(f"config.json: unsupported hidden_act {cfg['hidden_act']!r}; supported: silu")
+        num_heads, hidden = read.int("num_attention_heads"), read.int("hidden_size")
+        rope = _hf_rope(cfg)
+        rope_theta = _Reader(rope, "config.json rope parameters").float("rope_theta", read.float("rope_theta", 10000.0))
+        return cls(
+            architecture=arch,
+            vocab_size=read.int("vocab_size"),
+            hidden_size=hidden,
+            intermediate_size=read.int("intermediate_size"),
+            num_layers=read.int("num_hidden_layers"),
+            num_heads=num_heads,
+            num_kv_heads=read.int("num_key_value_heads", num_heads) or num_heads,
+            head_dim=read.int("head_dim", hidden // max(num_heads, 1)),
+            rms_norm_eps=read.float("rms_norm_eps", 1e-5),
+            rope_theta=rope_theta,
+            rope_scaling=_rope_scaling(rope),
+            max_position_embeddings=read.int("max_position_embeddings", 2048),
+            tie_word_embeddings=read.bool("tie_word_embeddings", False),
+            attention_bias=read.bool("attention_bias", SUPPORTED_ARCHITECTURES[arch]),
+            bos_token_id=read.int("bos_token_id", None),
+            eos_token_ids=read.int_list("eos_token_id"),
+        )
 
     def to_hf_dict(self) -> dict[str, Any]:
         """A config.json that transformers (and vLLM) load as the matching HF architecture."""
@@ -120,34 +126,97 @@ class ModelConfig:
         return out
 
 
+_REQUIRED = object()  # a _Reader default: the field must be given
+
+
+class _Reader:
+    """Typed reads of a config's fields: a value of the wrong type is a ModelLoadError naming the field.
+    A field given as null counts as not given."""
+
+    def __init__(self, fields: dict[str, Any], source: str) -> None:
+        self.fields, self.source = fields, source
+
+    def _get(self, key: str, default: Any) -> Any:
+        value = self.fields.get(key)
+        if value is not None:
+            return value
+        if default is _REQUIRED:
+            raise ModelLoadError(f"{self.source} lacks required key {key!r}")
+        return default
+
+    def _wrong(self, key: str, value: Any, kind: str) -> ModelLoadError:
+        return ModelLoadError(f"{self.source}: {key} must be {kind}, got {value!r}")
+
+    def int(self, key: str, default: Any = _REQUIRED) -> Any:
+        value = self._get(key, default)
+        if value is not default and not is_int(value):
+            raise self._wrong(key, value, "an integer")
+        return value
+
+    def float(self, key: str, default: Any = _REQUIRED) -> float:
+        value = self._get(key, default)
+        if not (is_int(value) or isinstance(value, float)) or not math.isfinite(value):
+            raise self._wrong(key, value, "a finite number")
+        return float(value)
+
+    def bool(self, key: str, default: bool) -> bool:
+        value = self._get(key, default)
+        if not isinstance(value, bool):
+            raise self._wrong(key, value, "true or false")
+        return value
+
+    def int_list(self, key: str) -> list[int]:
+        value = self._get(key, [])
+        values = value if isinstance(value, list) else [value]
+        if not all(map(is_int, values)):
+            raise self._wrong(key, value, "an integer or a list of integers")
+        return values
+
+
 def _hf_architecture(cfg: dict[str, Any]) -> str:
     model_type = cfg.get("model_type")
     if model_type is None:
         raise ModelLoadError("config.json has no model_type")
-    if model_type not in SUPPORTED_ARCHITECTURES:
+    if not isinstance(model_type, str) or model_type not in SUPPORTED_ARCHITECTURES:
         supported = ", ".join(sorted(SUPPORTED_ARCHITECTURES))
         raise ModelLoadError(f"unsupported architecture {model_type!r} in config.json; supported: {supported}")
-    return str(model_type)
+    return model_type
+
+
+def _hf_rope(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The rope settings: transformers v5's rope_parameters, else v4's rope_scaling (they must not disagree)."""
+    given = {key: cfg[key] for key in ("rope_parameters", "rope_scaling") if cfg.get(key) is not None}
+    for key, value in given.items():
+        if not isinstance(value, dict):
+            raise ModelLoadError(f"config.json: {key} must be an object, got {value!r}")
+    kinds = {_rope_kind(value) for value in given.values()}
+    if len(kinds) > 1:
+        raise ModelLoadError(f"config.json: rope_parameters and rope_scaling disagree ({' vs '.join(sorted(kinds))})")
+    return given.get("rope_parameters") or given.get("rope_scaling") or {}
+
+
+def _rope_kind(rope: dict[str, Any]) -> str:
+    kind = rope.get("rope_type", rope.get("type"))
+    if kind is None:
+        if "factor" in rope:
+            raise ModelLoadError(f"config.json: rope scaling {rope} names no rope_type")
+        return "default"
+    return str(kind)
 
 
 def _rope_scaling(rope: dict[str, Any]) -> RopeScaling | None:
-    kind = rope.get("rope_type", rope.get("type", "default"))
-    if kind in ("default", None) or not rope:
+    kind = _rope_kind(rope)
+    if kind == "default":
         return None
     if kind != "llama3":
         raise ModelLoadError(f"unsupported rope scaling type {kind!r}; supported: default, llama3")
+    read = _Reader(rope, "config.json llama3 rope scaling")
     return RopeScaling(
-        factor=float(rope["factor"]),
-        low_freq_factor=float(rope["low_freq_factor"]),
-        high_freq_factor=float(rope["high_freq_factor"]),
-        original_max_position_embeddings=int(rope["original_max_position_embeddings"]),
+        factor=read.float("factor"),
+        low_freq_factor=read.float("low_freq_factor"),
+        high_freq_factor=read.float("high_freq_factor"),
+        original_max_position_embeddings=read.int("original_max_position_embeddings"),
     )
-
-
-def _as_list(value: Any) -> list[int]:
-    if value is None:
-        return []
-    return [int(v) for v in value] if isinstance(value, list) else [int(value)]
 
 
 def config_from_gguf_metadata(meta: dict[str, Any]) -> ModelConfig:
@@ -157,33 +226,26 @@ def config_from_gguf_metadata(meta: dict[str, Any]) -> ModelConfig:
         supported = ", ".join(sorted(SUPPORTED_ARCHITECTURES))
         raise ModelLoadError(f"unsupported GGUF architecture {arch!r}; supported: {supported}")
 
-    def get(key: str, default: Any = None) -> Any:
-        value = meta.get(f"{arch}.{key}", default)
-        if value is None:
-            raise ModelLoadError(f"GGUF metadata lacks {arch}.{key}")
-        return value
-
+    read = _Reader(meta, "GGUF metadata")
     scaling = meta.get(f"{arch}.rope.scaling.type")
     if scaling not in (None, "none"):
         raise ModelLoadError(f"unsupported GGUF rope scaling {scaling!r}")
-    num_heads = int(get("attention.head_count"))
-    hidden = int(get("embedding_length"))
-    vocab = meta.get(f"{arch}.vocab_size") or len(meta.get("tokenizer.ggml.tokens") or [])
-    eos = meta.get("tokenizer.ggml.eos_token_id")
+    num_heads = read.int(f"{arch}.attention.head_count")
+    hidden = read.int(f"{arch}.embedding_length")
     return ModelConfig(
         architecture=arch,
-        vocab_size=int(vocab),
+        vocab_size=read.int(f"{arch}.vocab_size", len(meta.get("tokenizer.ggml.tokens") or [])),
         hidden_size=hidden,
-        intermediate_size=int(get("feed_forward_length")),
-        num_layers=int(get("block_count")),
+        intermediate_size=read.int(f"{arch}.feed_forward_length"),
+        num_layers=read.int(f"{arch}.block_count"),
         num_heads=num_heads,
-        num_kv_heads=int(get("attention.head_count_kv", num_heads)),
-        head_dim=int(get("attention.key_length", hidden // num_heads)),
-        rms_norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
-        rope_theta=float(get("rope.freq_base", 10000.0)),
-        max_position_embeddings=int(get("context_length", 2048)),
+        num_kv_heads=read.int(f"{arch}.attention.head_count_kv", num_heads),
+        head_dim=read.int(f"{arch}.attention.key_length", hidden // max(num_heads, 1)),
+        rms_norm_eps=read.float(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5),
+        rope_theta=read.float(f"{arch}.rope.freq_base", 10000.0),
+        max_position_embeddings=read.int(f"{arch}.context_length", 2048),
         tie_word_embeddings=False,  # the loader sets this when the file has no output.weight
         attention_bias=SUPPORTED_ARCHITECTURES[arch],
-        bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
-        eos_token_ids=_as_list(eos),
+        bos_token_id=read.int("tokenizer.ggml.bos_token_id", None),
+        eos_token_ids=read.int_list("tokenizer.ggml.eos_token_id"),
     )

@@ -102,12 +102,16 @@ def open_gguf(path: Path) -> Any:
         if f.read(4) != b"GGUF":
             raise ModelLoadError(f"{path} is not a GGUF file (no GGUF magic) and not a model directory")
     try:
-        return GGUFReader(path)
+        reader = GGUFReader(path)
     except Exception as exc:  # the reader raises ValueError, KeyError, struct errors... on bad files
         size = path.stat().st_size
         raise ModelLoadError(
             f"{path} ({size} bytes) is a corrupt or truncated GGUF file; re-download it (reader said: {exc})"
         ) from None
+    for tensor in reader.tensors:  # the reader does not check this, and a shifted tensor reads wrong values
+        if (tensor.data_offset - reader.data_offset) % reader.alignment:
+            raise ModelLoadError(f"{path}: tensor {tensor.name} is not aligned to {reader.alignment} bytes (corrupt file)")
+    return reader
 
 
 def read_metadata(reader: Any) -> dict[str, Any]:

@@ -17,7 +17,10 @@ def read_hf_dir(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     config = ModelConfig.from_hf_dict(read_config_json(path))
     state_dict: dict[str, torch.Tensor] = {}
     for shard in safetensors_files(path):
-        state_dict.update(_read_safetensors(shard))
+        tensors = _read_safetensors(shard)
+        if twice := sorted(state_dict.keys() & tensors.keys()):
+            raise ModelLoadError(f"{path}: weights stored in more than one file: {', '.join(twice[:5])}")
+        state_dict.update(tensors)
     return config, state_dict
 
 
@@ -35,10 +38,7 @@ def safetensors_files(path: Path) -> list[Path]:
     """The shards named by the index when there is one, else every *.safetensors file."""
     index = path / INDEX_NAME
     if index.is_file():
-        try:
-            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (json.JSONDecodeError, KeyError) as exc:
-            raise ModelLoadError(f"{index} is not a valid safetensors index: {exc}") from None
+        names = sorted(set(_weight_map(index).values()))
         files = [path / n for n in names]
         if missing := [f.name for f in files if not f.is_file()]:
             raise ModelLoadError(f"{path}: shards named in {INDEX_NAME} are missing: {', '.join(missing)}")
@@ -47,6 +47,16 @@ def safetensors_files(path: Path) -> list[Path]:
     if not files:
         raise ModelLoadError(f"{path} has no *.safetensors weights (only safetensors checkpoints are supported)")
     return files
+
+
+def _weight_map(index: Path) -> dict[str, str]:
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"{index} is not a valid safetensors index: {exc!r}") from None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise ModelLoadError(f"{index} is not a valid safetensors index: weight_map must map names to files")
+    return weight_map
 
 
 def _read_safetensors(file: Path) -> dict[str, torch.Tensor]:

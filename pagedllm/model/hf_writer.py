@@ -7,24 +7,34 @@ from typing import Any
 import torch
 
 from pagedllm.model.config import ModelConfig
+from pagedllm.model.hf_loader import INDEX_NAME
 
 
 def save_hf_dir(model: torch.nn.Module, config: ModelConfig, out: Path, tokenizer: Any | None = None) -> list[Path]:
-    """config.json, generation_config.json, model.safetensors (+ tokenizer files); returns the files written."""
+    """config.json, generation_config.json, model.safetensors (+ tokenizer files); returns the files written.
+    Weights of a model that was in `out` before (other shards, their index) are removed, since a loader would
+    read them instead; config.json comes last, so that a conversion that failed midway leaves none."""
     from safetensors.torch import save_file
 
     out.mkdir(parents=True, exist_ok=True)
+    _remove_old_weights(out)
     # clone: fused q/k/v and gate/up parameters are views into one tensor, which safetensors refuses
     tensors = {k: v.clone() for k, v in model.state_dict().items()}
     if config.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)  # shared with embed_tokens; safetensors stores no aliases
-    save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
-    hf_config = config.to_hf_dict() | {"torch_dtype": _dtype_name(next(iter(tensors.values())).dtype)}
-    _write_json(out / "config.json", hf_config)
-    _write_json(out / "generation_config.json", _generation_config(config, tokenizer))
+    written = [out / "model.safetensors", out / "generation_config.json"]
+    save_file(tensors, written[0], metadata={"format": "pt"})
+    _write_json(written[1], _generation_config(config, tokenizer))
     if tokenizer is not None:
-        tokenizer.save_pretrained(out)
-    return sorted(p for p in out.iterdir() if p.is_file())
+        written += [Path(p) for p in tokenizer.save_pretrained(out) if Path(p).is_file()]
+    written.append(out / "config.json")
+    _write_json(written[-1], config.to_hf_dict() | {"torch_dtype": _dtype_name(next(iter(tensors.values())).dtype)})
+    return sorted(set(written))
+
+
+def _remove_old_weights(out: Path) -> None:
+    for old in [*out.glob("*.safetensors"), out / INDEX_NAME, out / "config.json"]:
+        old.unlink(missing_ok=True)
 
 
 def _generation_config(config: ModelConfig, tokenizer: Any | None) -> dict[str, Any]:

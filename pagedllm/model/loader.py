@@ -60,6 +60,7 @@ def build_model(
     tensors = {k: v for k, v in state_dict.items() if not k.endswith(_IGNORED_SUFFIXES)}
     _check_names(expected, set(tensors), source)
     _check_shapes(model, tensors, source)
+    _check_dtypes(tensors, source)
     model.load_state_dict(
         {k: v.to(device=device, dtype=dtype).contiguous() for k, v in tensors.items()}, strict=False, assign=True
     )
@@ -84,6 +85,17 @@ def _check_shapes(model: LlamaForCausalLM, tensors: dict[str, torch.Tensor], sou
             raise ModelLoadError(
                 f"{source}: weight {name} has shape {tuple(tensor.shape)}, config implies {tuple(own[name].shape)}"
             )
+
+
+_WEIGHT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def _check_dtypes(tensors: dict[str, torch.Tensor], source: Path | str) -> None:
+    """Quantized or integer checkpoints would be cast to float without their scales: refuse them."""
+    for name, tensor in tensors.items():
+        if tensor.dtype not in _WEIGHT_DTYPES:
+            raise ModelLoadError(f"{source}: weight {name} is stored as {tensor.dtype} (quantized checkpoints are not "
+                                 "supported; weights must be float32, float16 or bfloat16)")
 
 
 def _some(names: list[str], limit: int = 5) -> str:

@@ -53,6 +53,7 @@ def _from_pretrained(path: Path, **kwargs: Any) -> Any:
 
     try:
         return AutoTokenizer.from_pretrained(path, local_files_only=True, **kwargs)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except Exception as exc:  # transformers and huggingface_hub raise many kinds on bad or missing files
         where = path / kwargs["gguf_file"] if "gguf_file" in kwargs else path
-        raise ModelLoadError(f"cannot load a tokenizer from {where}: {exc}") from None
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ModelLoadError(f"cannot load a tokenizer from {where}: {reason}") from None

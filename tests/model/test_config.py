@@ -36,11 +36,38 @@ def test_round_trip_through_hf_dict():
 @pytest.mark.parametrize(
     "change,message",
     [({"model_type": "gpt2"}, "unsupported architecture"), ({"num_key_value_heads": 3}, "not a multiple"),
-     ({"rope_scaling": {"rope_type": "yarn", "factor": 2.0}}, "unsupported rope scaling")],
+     ({"rope_scaling": {"rope_type": "yarn", "factor": 2.0}}, "unsupported rope scaling"),
+     ({"hidden_act": "gelu"}, "unsupported hidden_act 'gelu'"),
+     ({"rope_theta": 0}, "rope_theta must be positive"), ({"rope_theta": -1.0}, "rope_theta must be positive"),
+     ({"rms_norm_eps": -1}, "rms_norm_eps must be positive"), ({"rms_norm_eps": float("nan")}, "finite number"),
+     ({"max_position_embeddings": 0}, "max_position_embeddings must be positive"),
+     ({"rope_scaling": {**LLAMA3, "original_max_position_embeddings": 0}}, "invalid llama3 rope scaling"),
+     ({"rope_parameters": {"factor": 4.0}}, "names no rope_type"),
+     ({"rope_parameters": {"rope_type": "default"}, "rope_scaling": LLAMA3}, "disagree"),
+     ({"rope_parameters": [1]}, "rope_parameters must be an object"),
+     ({"tie_word_embeddings": "false"}, "tie_word_embeddings must be true or false, got 'false'"),
+     ({"attention_bias": 0}, "attention_bias must be true or false"),
+     ({"vocab_size": "100"}, "vocab_size must be an integer, got '100'"), ({"head_dim": 16.5}, "head_dim must be an integer"),
+     ({"intermediate_size": 128.0}, "intermediate_size must be an integer"),
+     ({"num_attention_heads": 0}, "num_heads must be positive"), ({"eos_token_id": "2"}, "eos_token_id must be an integer"),
+     ({"bos_token_id": "abc"}, "bos_token_id must be an integer"),
+     ({"rope_scaling": {**LLAMA3, "factor": "8"}}, "factor must be a finite number"),
+     ({"model_type": ["llama"]}, "unsupported architecture")],
 )  # fmt: skip
 def test_invalid_configs(change, message):
     with pytest.raises(ModelLoadError, match=message):
         ModelConfig.from_hf_dict({**BASE, **change})
+
+
+@pytest.mark.parametrize("value", [[], None, "llama", 3])
+def test_a_config_that_is_not_an_object_is_refused(value):
+    with pytest.raises(ModelLoadError, match="must hold a JSON object"):
+        ModelConfig.from_hf_dict(value)
+
+
+def test_null_optional_fields_take_their_defaults():
+    config = ModelConfig.from_hf_dict({**BASE, "head_dim": None, "num_key_value_heads": None, "rope_scaling": None})
+    assert (config.head_dim, config.num_kv_heads, config.rope_scaling) == (16, 4, None)
 
 
 def test_missing_key():
@@ -54,5 +81,21 @@ def test_from_gguf_metadata():
             "llama.rope.freq_base": 1e5, "tokenizer.ggml.tokens": range(49152), "tokenizer.ggml.eos_token_id": 2}  # fmt: skip
     config = config_from_gguf_metadata(meta)
     assert (config.vocab_size, config.head_dim, config.num_kv_heads, config.eos_token_ids) == (49152, 64, 3, [2])
-    with pytest.raises(ModelLoadError, match="lacks llama.block_count"):
+    with pytest.raises(ModelLoadError, match="lacks required key 'llama.block_count'"):
         config_from_gguf_metadata({k: v for k, v in meta.items() if k != "llama.block_count"})
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"llama.attention.head_count": 0}, "num_heads must be positive"),
+    ({"llama.block_count": "30"}, "llama.block_count must be an integer"),
+    ({"llama.attention.head_count": [9, 9]}, "head_count must be an integer"),
+    ({"tokenizer.ggml.eos_token_id": "2"}, "eos_token_id must be an integer"),
+    ({"llama.rope.freq_base": 0.0}, "rope_theta must be positive"),
+    ({"llama.attention.layer_norm_rms_epsilon": -1.0}, "rms_norm_eps must be positive"),
+    ({"llama.context_length": 0}, "max_position_embeddings must be positive"),
+])  # fmt: skip
+def test_invalid_gguf_metadata(change, message):
+    meta = {"general.architecture": "llama", "llama.block_count": 2, "llama.embedding_length": 576,
+            "llama.feed_forward_length": 1536, "llama.attention.head_count": 9, "tokenizer.ggml.tokens": range(100)}  # fmt: skip
+    with pytest.raises(ModelLoadError, match=message):
+        config_from_gguf_metadata({**meta, **change})

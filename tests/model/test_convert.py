@@ -11,7 +11,8 @@ IDS = [5, 17, 200, 33, 9, 100, 101, 44]
 
 
 def test_convert_gguf_to_hf_round_trip(tmp_path, monkeypatch):
-    monkeypatch.setenv("PAGEDLLM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PAGEDLLM_CACHE_DIR", str(tmp_path / "cache"))  # the tokenizer's conversion goes there
+    monkeypatch.setenv("PAGEDLLM_DISABLE_KERNELS", "1")  # run alone, it would build them anew in that cache
     original = make_hf_model("llama", num_key_value_heads=1, tie_word_embeddings=True)
     tokenizer = make_tiny_tokenizer()
     gguf = write_gguf(original, tmp_path / "tiny.gguf", tokenizer=tokenizer)
@@ -38,3 +39,26 @@ def test_convert_refuses_to_overwrite(tmp_path, capsys):
 def test_convert_reports_bad_model_path(tmp_path, capsys):
     assert main(["convert", "--to-hf", str(tmp_path / "out"), "--model", str(tmp_path / "missing.gguf")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_force_over_a_sharded_model_leaves_only_the_new_one(tmp_path, tiny_llama_dir, capsys):
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path / "old"
+    other = make_hf_model("llama", seed=7)
+    other.save_pretrained(out, max_shard_size="100KB")  # shards and an index that a loader reads first
+    assert (out / "model.safetensors.index.json").is_file()
+    assert main(["convert", "--to-hf", str(out), "--model", str(tiny_llama_dir), "--force"]) == 0
+    assert sorted(p.name for p in out.glob("*.safetensors")) == ["model.safetensors"]
+    assert not (out / "model.safetensors.index.json").exists()
+    written = capsys.readouterr().out
+    assert "model.safetensors" in written and "index" not in written
+    expected = load_file(tiny_llama_dir / "model.safetensors")
+    converted = load_file(out / "model.safetensors")
+    assert all(torch.equal(converted[name], tensor) for name, tensor in expected.items())
+
+
+def test_an_empty_output_path_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["convert", "--to-hf", "", "--model", str(tmp_path / "x.gguf")]) == 2
+    assert "empty" in capsys.readouterr().err and not list(tmp_path.iterdir())

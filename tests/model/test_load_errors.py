@@ -97,3 +97,65 @@ def test_unsupported_gguf_architecture(tmp_path, tiny_gguf):
 def test_unsupported_dtype(tiny_llama_dir):
     with pytest.raises(ModelLoadError, match="unsupported dtype"):
         load_model(tiny_llama_dir, torch.float16)
+
+
+def test_a_gguf_tensor_off_its_alignment_is_refused(tmp_path, tiny_gguf):
+    import struct
+
+    from gguf import GGUFReader
+
+    reader = GGUFReader(tiny_gguf)
+    offset_field = reader.tensors[0].field.parts[-1]  # the first tensor's offset from the data start: 0
+    where = offset_field.ctypes.data - reader.data.ctypes.data
+    data = bytearray(tiny_gguf.read_bytes())
+    struct.pack_into("<Q", data, where, 4)
+    shifted = tmp_path / "shifted.gguf"
+    shifted.write_bytes(bytes(data))
+    with pytest.raises(ModelLoadError, match="not aligned to 32 bytes"):
+        load_model(shifted)
+
+
+def _copy_with_weights(tiny_llama_dir, target, change):
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(tiny_llama_dir, target)
+    tensors = load_file(target / "model.safetensors")
+    (target / "model.safetensors").unlink()
+    for name, part in change(tensors).items():
+        save_file(part, target / name)
+    return target
+
+
+def test_integer_weights_are_refused(tmp_path, tiny_llama_dir):
+    def to_int8(tensors):
+        name = "model.layers.0.mlp.up_proj.weight"
+        return {"model.safetensors": {**tensors, name: tensors[name].to(torch.int8)}}
+
+    with pytest.raises(ModelLoadError, match=r"up_proj.weight is stored as torch.int8"):
+        load_model(_copy_with_weights(tiny_llama_dir, tmp_path / "m", to_int8))
+
+
+def test_a_weight_in_two_files_is_refused(tmp_path, tiny_llama_dir):
+    def split_with_a_repeat(tensors):
+        names = sorted(tensors)
+        return {"a.safetensors": {n: tensors[n] for n in names[:5]},
+                "b.safetensors": {n: tensors[n] for n in names[4:]}}  # fmt: skip
+
+    with pytest.raises(ModelLoadError, match="weights stored in more than one file"):
+        load_model(_copy_with_weights(tiny_llama_dir, tmp_path / "m", split_with_a_repeat))
+
+
+@pytest.mark.parametrize("index", ['{"weight_map": ["a"]}', '[1, 2]', '{"weight_map": {"x": 3}}', b"\xff\xfe{"])
+def test_a_malformed_index_is_refused(tmp_path, tiny_llama_dir, index):
+    shutil.copytree(tiny_llama_dir, tmp_path / "m")
+    path = tmp_path / "m" / "model.safetensors.index.json"
+    path.write_bytes(index if isinstance(index, bytes) else index.encode())
+    with pytest.raises(ModelLoadError, match="not a valid safetensors index"):
+        load_model(tmp_path / "m")
+
+
+def test_a_malformed_tokenizer_config_is_one_error(tmp_path, tiny_llama_dir):
+    shutil.copytree(tiny_llama_dir, tmp_path / "m")
+    (tmp_path / "m" / "tokenizer_config.json").write_text("[1, 2]")
+    with pytest.raises(ModelLoadError, match="cannot load a tokenizer from"):
+        load_tokenizer(tmp_path / "m")
