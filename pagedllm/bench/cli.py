@@ -6,9 +6,8 @@ Each module defines `add_arguments(parser)` and `run(args) -> int` and keeps tor
 
 import argparse
 import importlib
-from pathlib import Path
 
-from pagedllm.errors import InvalidInputError
+from pagedllm.entrypoints.output_paths import check_output_paths
 
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "throughput": ("pagedllm.bench.throughput", "offline throughput: all requests at once, optional baselines"),
@@ -33,14 +32,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    _check_output_folders(args)
+    check_output_paths(args, ("json", "md", "plot"), pictures=("plot",))
     return int(args._bench_module.run(args) or 0)
-
-
-def _check_output_folders(args: argparse.Namespace) -> None:
-    """Before the benchmark runs, not after: each report path's folder must exist."""
-    for option in ("json", "md", "plot"):
-        path = getattr(args, option, None)
-        folder = Path(path).expanduser().parent if isinstance(path, str) else None
-        if folder is not None and not folder.is_dir():
-            raise InvalidInputError(f"--{option} {path}: no folder {folder} to write it in")

@@ -165,7 +165,7 @@ def _result(engine, workload, label, elapsed, before, samples, finished) -> RunR
         elapsed_s=elapsed,
         num_requests=len(workload.requests),
         prompt_tokens=sum(len(r.prompt_token_ids) for r in finished),
-        output_tokens=sum(r.num_output_tokens for r in workload.requests),
+        output_tokens=sum(len(c.token_ids) for r in finished for c in r.outputs),
         steps=len(samples),
         peak_blocks_used=max((s.blocks_used for s in samples), default=0),
         num_blocks=after.num_blocks,

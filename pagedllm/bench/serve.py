@@ -83,6 +83,10 @@ def _check_args(args: argparse.Namespace) -> None:
         raise InvalidInputError("--max-concurrency must be >= 1")
     if args.timeout <= 0 or args.ready_timeout <= 0:
         raise InvalidInputError("--timeout and --ready-timeout must be positive")
+    if args.vocab_size is not None and args.vocab_size < 2:
+        raise InvalidInputError(f"--vocab-size must be >= 2, got {args.vocab_size}")
+    if args.num_requests is not None and args.num_requests < 1:
+        raise InvalidInputError(f"--num-requests must be positive, got {args.num_requests}")
 
 
 def _run_launched(args: argparse.Namespace) -> dict[str, Any]:

@@ -61,8 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pagedllm.bench.serve_launch import launch
 
-    if args.disconnects > args.streams or min(args.bursts, args.streams) < 1:
-        raise UserFacingError("need --bursts >= 1, --streams >= 1 and --disconnects <= --streams")
+    if args.disconnects > args.streams or min(args.bursts, args.streams, args.max_tokens) < 1:
+        raise UserFacingError("need --bursts >= 1, --streams >= 1, --max-tokens >= 1 and --disconnects <= --streams")
     server = launch(args.model, shlex.split(args.serve_args))
     try:
         rows = asyncio.run(_soak(server.base_url, server.process.pid, args))

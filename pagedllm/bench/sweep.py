@@ -57,7 +57,7 @@ def run_sweep(args: argparse.Namespace) -> dict:
     from pagedllm.bench.throughput import build_report, engine_config, load_engine, workload_for
 
     field = PARAMETERS[args.parameter]
-    values = parse_values(args.values or DEFAULT_VALUES[args.parameter])
+    values = parse_values(DEFAULT_VALUES[args.parameter] if args.values is None else args.values)
     runs, workload, model_name = [], None, None
     for value in values:
         gc.collect()

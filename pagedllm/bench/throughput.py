@@ -6,8 +6,10 @@ import dataclasses
 import gc
 import sys
 
-from pagedllm.bench.workloads import WORKLOADS, Workload, WorkloadSpec, add_sample_seeds_option, build_workload
+from pagedllm.bench.workloads import (WORKLOADS, Workload, WorkloadSpec, add_sample_seeds_option, build_workload,
+                                     check_fits)
 from pagedllm.entrypoints.engine_args import add_engine_arguments, engine_config_from_args
+from pagedllm.errors import InvalidInputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,6 +45,8 @@ def engine_config(args: argparse.Namespace, **changes):
 def run(args: argparse.Namespace) -> int:
     from pagedllm.bench import plots, report
 
+    if args.hf_batch_size < 1:
+        raise InvalidInputError(f"--hf-batch-size must be >= 1, got {args.hf_batch_size}")
     result = run_throughput(args)
     print(report.format_table(result))
     write_outputs(result, args)
@@ -138,6 +142,7 @@ def workload_for(engine, args: argparse.Namespace) -> Workload:
     for r in workload.requests:
         if isinstance(r.prompt, str):
             r.prompt = list(engine.tokenizer(r.prompt).input_ids)
+            check_fits(r, engine.max_model_len)
     return workload
 
 

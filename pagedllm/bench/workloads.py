@@ -138,7 +138,8 @@ _GENERATORS = {
 }
 
 
-def _check_fits(r: BenchRequest, max_model_len: int) -> None:
+def check_fits(r: BenchRequest, max_model_len: int) -> None:
+    """A request of token ids must fit the model's length (text prompts are checked once tokenized)."""
     if isinstance(r.prompt, list) and len(r.prompt) + r.output_len > max_model_len:
         raise InvalidInputError(
             f"a request of {len(r.prompt)} prompt + {r.output_len} output tokens does not fit the model's "
@@ -153,13 +154,17 @@ def load_jsonl(path: str | Path, max_model_len: int) -> Workload:
     if not path.is_file():
         raise InvalidInputError(f"unknown workload {str(path)!r}: use one of {', '.join(WORKLOADS)} or a .jsonl file")
     requests = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    for lineno, line in enumerate(text.splitlines(), start=1):
         if line.strip():
             requests.append(_parse_line(line, f"{path}:{lineno}"))
     if not requests:
         raise InvalidInputError(f"{path}: no requests")
     for r in requests:
-        _check_fits(r, max_model_len)
+        check_fits(r, max_model_len)
     return Workload(str(path), 0, requests)
 
 
@@ -179,7 +184,10 @@ def _parse_line(line: str, where: str) -> BenchRequest:
     for key, value in (("max_tokens", max_tokens), ("n", n)):
         if not is_int(value) or value < 1:
             raise InvalidInputError(f'{where}: "{key}" must be an integer >= 1, got {value!r}')
-    return BenchRequest(prompt, max_tokens, n=n, beam=bool(obj.get("beam", False)))
+    beam = obj.get("beam", False)
+    if not isinstance(beam, bool):
+        raise InvalidInputError(f'{where}: "beam" must be true or false, got {beam!r}')
+    return BenchRequest(prompt, max_tokens, n=n, beam=beam)
 
 
 def save_jsonl(workload: Workload, path: str | Path) -> None:

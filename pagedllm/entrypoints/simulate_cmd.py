@@ -46,7 +46,9 @@ def _trace(args: argparse.Namespace):
     from pagedllm.errors import InvalidInputError
     from pagedllm.sim.trace import SyntheticConfig, load_trace, synthetic_trace
 
-    if args.trace:
+    if args.trace is not None:
+        if not args.trace.strip():
+            raise InvalidInputError("--trace needs a path, not an empty string")
         return load_trace(args.trace)
     n = DEFAULT_SYNTHETIC if args.synthetic is None else args.synthetic
     if n <= 0:
@@ -92,13 +94,17 @@ def format_table(result) -> str:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from pagedllm.entrypoints.output_paths import check_output_paths
     from pagedllm.errors import InvalidInputError
     from pagedllm.sim.simulate import simulate
     from pagedllm.sim.trace import save_trace
 
+    check_output_paths(args, ("json", "plot", "out", "save_trace"), pictures=("plot", "out"))
     trace = _trace(args)
     cfg = _config(args)
-    names = cfg.policy_names() if not args.policies else [p.strip() for p in args.policies.split(",") if p.strip()]
+    names = cfg.policy_names() if args.policies is None else [p.strip() for p in args.policies.split(",") if p.strip()]
+    if not names:
+        raise InvalidInputError(f"--policies: name at least one of {', '.join(cfg.policy_names())}")
     unknown = [n for n in names if n not in cfg.policy_names()]
     if unknown:
         raise InvalidInputError(f"unknown policy {unknown[0]!r}; choose from {', '.join(cfg.policy_names())}")

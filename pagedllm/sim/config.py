@@ -8,6 +8,7 @@ DEFAULT_POOL_SLOTS = 32768  # 16 max-length (2048) reservations
 DEFAULT_BLOCK_SIZES = (1, 4, 16, 64, 256)
 DEFAULT_PREFIX_BLOCK_SIZE = 16
 MAX_POSITIONS = 1 << 20  # positions fit the low 20 bits of a synthetic token id
+MAX_POOL_SLOTS = 1 << 24  # a pool of blocks of 1 is a list of this many free blocks
 
 
 @dataclass(slots=True)
@@ -21,6 +22,8 @@ class SimConfig:
     def __post_init__(self) -> None:
         if not 2 <= self.max_len <= MAX_POSITIONS:
             raise InvalidInputError(f"max-len must lie in [2, {MAX_POSITIONS}], got {self.max_len}")
+        if self.pool_slots > MAX_POOL_SLOTS:
+            raise InvalidInputError(f"pool-slots must be at most {MAX_POOL_SLOTS}, got {self.pool_slots}")
         if self.pool_slots < self.max_len:
             raise InvalidInputError(
                 f"pool of {self.pool_slots} slots cannot hold one max-length ({self.max_len}) request")

@@ -131,6 +131,23 @@ def test_a_report_path_without_its_folder_is_refused_before_the_run(tiny_llama_d
     assert code == 2 and "no folder" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("option, value, message", [
+    ("--plot", "out.txt", "name a .png file"), ("--md", "", "needs a path"), ("--hf-batch-size", "0", "must be >= 1"),
+])  # fmt: skip
+def test_bad_report_options_are_refused_before_the_run(tiny_llama_dir, tmp_path, capsys, option, value, message):
+    code = main(["bench", "throughput", "--model", str(tmp_path / "never-loaded"), option, value, "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_text_prompt_is_checked_against_the_model_length_once_tokenized(tiny_llama_dir, tmp_path, capsys):
+    workload = tmp_path / "w.jsonl"
+    workload.write_text(json.dumps({"prompt": "hi", "max_tokens": 100000}) + "\n")
+    code = main(["bench", "throughput", "--model", str(tiny_llama_dir), "--workload", str(workload),
+                 "--kv-cache-memory", "4MiB", "--no-progress"])  # fmt: skip
+    assert code == 2 and "does not fit the model's length 512" in capsys.readouterr().err
+
+
 def test_a_file_that_cannot_be_written_is_a_one_line_error(tmp_path, capsys, monkeypatch):
     from pagedllm.entrypoints import convert_cmd
 

@@ -28,7 +28,7 @@ def server(tiny_llama_dir: Path) -> Iterator[RunningServer]:
     from pagedllm.engine.llm_engine import LLMEngine
 
     config = EngineConfig(model=str(tiny_llama_dir), block_size=8, num_blocks=512, max_num_seqs=16,
-                          max_num_batched_tokens=512, max_model_len=1024, max_n=4, served_model_name="tiny-llama")
+                          max_num_batched_tokens=512, max_model_len=512, max_n=4, served_model_name="tiny-llama")
     running = start_server(LLMEngine(config))
     yield running
     running.stop()
@@ -122,14 +122,15 @@ def test_markdown_and_text_reports(server, tmp_path, capsys):
 def test_bad_arguments_are_user_errors():
     from pagedllm.errors import InvalidInputError
 
-    for argv in (["--request-rate", "0"], ["--max-concurrency", "0"], ["--timeout", "-1"]):
+    for argv in (["--request-rate", "0"], ["--max-concurrency", "0"], ["--timeout", "-1"], ["--vocab-size", "0"],
+                 ["--num-requests", "0"]):
         with pytest.raises(InvalidInputError):
             serve.run(bench_args("--base-url", "http://127.0.0.1:9", *argv))
 
 
 def test_starts_and_stops_its_own_pagedllm_server(tiny_llama_dir, tmp_path):
     code, report = run_bench(tmp_path, "--model", str(tiny_llama_dir), "--num-requests", "2",
-                             "--serve-args", "--max-model-len 1024 --num-blocks 256 --max-num-seqs 4",
+                             "--serve-args", "--max-model-len 512 --num-blocks 256 --max-num-seqs 4",
                              "--ready-timeout", "120", "--timeout", "120")
     assert code == 0 and report["metrics"]["completed"] == 2
     launched = report["server"]["launched"]

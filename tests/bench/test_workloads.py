@@ -76,6 +76,7 @@ def test_jsonl_round_trip_and_text_prompts(tmp_path):
     ('{"prompt": ""}', "prompt"),
     ('{"prompt": [1, 2], "max_tokens": 0}', "max_tokens"),
     ('{"prompt": "x", "n": true}', '"n"'),
+    ('{"prompt": "x", "beam": "no"}', '"beam" must be true or false'),
 ])  # fmt: skip
 def test_jsonl_errors_name_the_line(tmp_path, line, message):
     path = tmp_path / "w.jsonl"
@@ -102,3 +103,10 @@ def test_a_count_of_no_requests_is_refused(count):
 def test_a_negative_prefix_length_is_refused():
     with pytest.raises(InvalidInputError, match="prefix-len"):
         build_workload(WorkloadSpec("shared-prefix", 4, prefix_len=-5))
+
+
+def test_a_workload_that_is_not_utf8_is_refused(tmp_path):
+    path = tmp_path / "w.jsonl"
+    path.write_bytes(b'{"prompt": "\xff\xfe"}\n')
+    with pytest.raises(InvalidInputError, match="not UTF-8"):
+        load_jsonl(path, 2048)

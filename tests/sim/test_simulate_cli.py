@@ -37,6 +37,11 @@ def test_draws_a_contiguous_policy_from_a_trace_file(tmp_path):
     (["--block-sizes", "0"], "block size must be positive"),
     (["--block-sizes", "4,x"], "comma-separated integers"),
     (["--block-sizes", ""], "at least one integer"),
+    (["--pool-slots", str(10**12)], "pool-slots must be at most"),
+    (["--policies", " , "], "name at least one"),
+    (["--trace", ""], "--trace needs a path"),
+    (["--plot", "p.txt"], "name a .png file"),
+    (["--json", "/no/such/folder/r.json"], "no folder /no/such/folder"),
     (["--draw-policy", "paged-99", "--draw", "3", "--out", "x.png"], "unknown draw policy"),
     (["--policies", "contig-pow2"], "unknown policy"),
     (["--draw", "3"], "go together"),
@@ -45,7 +50,7 @@ def test_draws_a_contiguous_policy_from_a_trace_file(tmp_path):
 ])
 def test_bad_options_give_one_line_errors(extra, message, capsys):
     args = SMALL[:1] + ["--pool-slots", "4096", "--max-len", "512"] + extra
-    if "--synthetic" not in extra:
+    if "--synthetic" not in extra and "--trace" not in extra:
         args += ["--synthetic", "5"]
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
