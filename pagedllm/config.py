@@ -1,5 +1,6 @@
 """Engine configuration, validated once at construction."""
 
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -85,8 +86,12 @@ class EngineConfig:
         _require_choice("preemption_mode", self.preemption_mode, PREEMPTION_MODES)
         _require_device_name(self.device)
         _require_fraction("gpu_memory_utilization", self.gpu_memory_utilization)
-        if not is_int(self.seed):
-            raise InvalidInputError(f"seed must be an integer, got {self.seed!r}")
+        if not is_int(self.seed) or not -(2**63) <= self.seed < 2**64:
+            raise InvalidInputError(f"seed must be an integer in [-2**63, 2**64), got {self.seed!r}")
+        if isinstance(self.model, os.PathLike):
+            self.model = os.fspath(self.model)
+        if self.model is not None and (not isinstance(self.model, str) or not self.model.strip()):
+            raise InvalidInputError(f"model must be a path (HF directory or .gguf file), got {self.model!r}")
         _require_bool("enable_prefix_caching", self.enable_prefix_caching)
         _require_bool("enforce_eager", self.enforce_eager)
 

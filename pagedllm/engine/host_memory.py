@@ -39,3 +39,15 @@ def keep_freed_memory() -> bool:
 def minor_page_faults() -> int:
     """The process's minor page faults so far: each a page the kernel mapped (and zeroed) on first touch."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def available_bytes() -> int | None:
+    """The memory the kernel says new allocations can take without swapping (MemAvailable); None if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

@@ -16,7 +16,7 @@ from pagedllm.attention import AttentionMetadata, allocate_kv_caches, copy_block
 from pagedllm.attention.compiled import compiled_copy_blocks
 from pagedllm.config import parse_memory_size  # noqa: F401  (one parser for the whole project; re-exported)
 from pagedllm.engine.device import current, to_device_packed
-from pagedllm.engine.host_memory import keep_freed_memory
+from pagedllm.engine.host_memory import available_bytes, keep_freed_memory
 from pagedllm.errors import InvalidInputError
 from pagedllm.engine.step_logits import StepLogits
 from pagedllm.engine.step_tensors import SeqInput, StepTensors
@@ -47,6 +47,9 @@ class ModelRunner:
         self.num_blocks, self.block_size = num_blocks, block_size
         self.device = torch.device(device)
         self.attention_impl = resolve_attention_impl(attention_impl, config.head_dim, dtype, self.device)
+        if self.device.type == "cpu":
+            _check_pool_fits(num_blocks * kv_cache_bytes_per_block(
+                config.num_layers, block_size, config.num_kv_heads, config.head_dim, dtype))
         self.kv_caches: list[torch.Tensor] = allocate_kv_caches(
             config.num_layers, num_blocks, block_size, config.num_kv_heads, config.head_dim, dtype, self.device
         )
@@ -213,6 +216,14 @@ def _triton_on_cpu() -> str:
         if interpreting():
             return "triton"
     raise InvalidInputError("attention impl 'triton' needs a CUDA device (or TRITON_INTERPRET=1 for tests)")
+
+
+def _check_pool_fits(pool_bytes: int) -> None:
+    """A pool larger than the free memory would be zeroed page by page until the OS kills the process."""
+    available = available_bytes()
+    if available is not None and pool_bytes > available:
+        raise InvalidInputError(f"a KV pool of {pool_bytes / 2**30:.1f} GiB does not fit in this machine's "
+                                f"{available / 2**30:.1f} GiB of available memory; lower kv_cache_memory or num_blocks")
 
 
 def num_blocks_for_memory(config: ModelConfig, block_size: int, dtype: torch.dtype, budget: str | int) -> int:
