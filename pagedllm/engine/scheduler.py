@@ -150,21 +150,25 @@ class Scheduler:
     def _preempt(self, request: Request, out: SchedulerOutput) -> None:
         self.running.remove(request)
         out.scheduled[:] = [s for s in out.scheduled if s.request is not request]
-        out.cow[:] = [c for c in out.cow if c[0] is not request]  # its blocks are gone; nothing to copy
+        # Its copy-on-write copies queued this step are not made (its blocks go); a copy's target holds nothing
+        # yet, so its K/V is still in the source, which a swap saves from instead.
+        uncopied = {dst: src for r, src, dst in out.cow if r is request}
+        out.cow[:] = [c for c in out.cow if c[0] is not request]
         for seq in request.seqs:
             if self.kv.has_seq(seq.seq_id):
-                self._evict(seq)
+                self._evict(seq, uncopied)
         request.status = RequestStatus.WAITING
         request.metrics.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(request)
         out.preempted.append(request)
 
-    def _evict(self, seq: Sequence) -> None:
+    def _evict(self, seq: Sequence, uncopied: dict[int, int]) -> None:
         """Give a preempted sequence's blocks back: its K/V saved aside (swap) or recomputed later."""
         num_computed = seq.num_computed
         if self.config.preemption_mode == "swap" and seq.num_computed > 0:
-            self.swap.save(seq.seq_id, self.kv.block_table(seq.seq_id), seq.num_computed)
+            blocks = [uncopied.get(b, b) for b in self.kv.block_table(seq.seq_id)]
+            self.swap.save(seq.seq_id, blocks, seq.num_computed)
         else:
             seq.num_computed = 0
         self.kv.free(seq.seq_id, num_computed)
@@ -201,7 +205,7 @@ class Scheduler:
         for p in plans:
             if self.kv.allocate(p.seq.seq_id, p.seq.token_ids, p.num_new, p.prefix, request.extra_keys) is None:
                 for done in allocated:  # all or nothing: undo this request's admission (no K/V copied back yet)
-                    self.kv.free(done.seq.seq_id, done.prefix.num_tokens if done.prefix else 0)
+                    self.kv.undo_admission(done.seq.seq_id, done.prefix.num_tokens if done.prefix else 0)
                 return None
             allocated.append(p)
         for p in plans:
@@ -210,12 +214,16 @@ class Scheduler:
 
     def _plan_admission(self, request: Request, budget: int) -> list["Admission"]:
         plans = []
+        # Beams (readmitted after a preemption) take all their tokens in one step: a beam search step needs every
+        # beam's logits at once, and each beam's own prefix hit would leave them different chunks.
+        whole = request.params.use_beam_search and len(request.live_seqs) > 1
         for seq in request.live_seqs:
             if seq.seq_id in self.swap:  # allocate room for its saved K/V, copied back at once
                 plans.append(Admission(seq, seq.num_computed, None, swapped=True))
                 continue
             prefix = self.kv.lookup_prefix(seq.token_ids, request.extra_keys)
-            num_new = min(len(seq.token_ids) - prefix.num_tokens, max(budget, 1))
+            num_new = len(seq.token_ids) - prefix.num_tokens
+            num_new = num_new if whole else min(num_new, max(budget, 1))
             budget -= num_new
             plans.append(Admission(seq, num_new, prefix))
         return plans

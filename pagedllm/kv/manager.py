@@ -58,6 +58,7 @@ class _Seq:
     table: BlockTable
     keys: list[BlockKey] = field(default_factory=list)  # keys of the full blocks, in order
     extra_keys: tuple = ()
+    counted: tuple[int, int] = (0, 0)  # its first allocation's prefix lookup: tokens queried, tokens hit
 
 
 class KVCacheManager:
@@ -134,7 +135,7 @@ class KVCacheManager:
         hit_blocks = [self.pool.blocks[b] for b in prefix.blocks]
         self.pool.touch(hit_blocks)  # before popping new blocks, so the hit cannot be evicted by them
         seq = _Seq(BlockTable(self.block_size, list(prefix.blocks), prefix.num_tokens),
-                   [b.block_hash for b in hit_blocks], tuple(extra_keys))
+                   [b.block_hash for b in hit_blocks], tuple(extra_keys), (len(token_ids), prefix.num_tokens))
         self._seqs[seq_id] = seq
         self._queries_tokens += len(token_ids)
         self._hits_tokens += prefix.num_tokens
@@ -192,6 +193,14 @@ class KVCacheManager:
                     self.pool.uncache(block)
         self.pool.free_blocks(self.pool.blocks[b] for b in reversed(seq.table.blocks))
         del self._seqs[seq_id]
+
+    def undo_admission(self, seq_id: SeqId, num_computed: int) -> None:
+        """free() a sequence just allocated for a request that could not be admitted whole: its prefix lookup is
+        taken back from the counters too (the admission is tried again, and counted, in a later step)."""
+        queried, hit = self._get(seq_id).counted
+        self._queries_tokens -= queried
+        self._hits_tokens -= hit
+        self.free(seq_id, num_computed)
 
     def reset_prefix_cache(self) -> bool:
         return self.pool.reset_prefix_cache()

@@ -55,6 +55,9 @@ class FakeKV:
                 self.free_blocks.append(block)
         del self.tokens[seq_id]
 
+    def undo_admission(self, seq_id, num_computed) -> None:  # no prefix cache: no lookups counted
+        self.free(seq_id, num_computed)
+
     def has_seq(self, seq_id) -> bool:
         return seq_id in self.tables
 

@@ -261,3 +261,60 @@ def test_preempting_forked_requests_keeps_their_tokens_with_prefix_caching(tiny_
     squeezed = run_all(small, prompts, params, check_every_step=True)
     assert [o.metrics.num_preemptions for o in squeezed[3:]] != [0, 0, 0], "the later requests were to be preempted"
     assert [[c.token_ids for c in o.outputs] for o in squeezed] == [[c.token_ids for c in o.outputs] for o in reference]
+
+
+def test_a_swap_preemption_saves_the_kv_of_a_copy_not_yet_made(tiny_llama_dir):
+    """Allocating the first sequence of an n = 3 request copies its shared partial tail (the copy is queued for
+    the step); the second sequence does not fit, so the request itself is preempted. Its swap must save the
+    tail's K/V from the copy's source: the target was never written."""
+    prompts = [list(range(100, 121)), [7, 8, 9, 10, 11]]
+    params = [SamplingParams(max_tokens=3, **GREEDY), SamplingParams(n=3, max_tokens=4, **GREEDY)]
+    reference = run_all(make_engine(tiny_llama_dir, enable_prefix_caching=False), prompts, params)
+    for mode in ("recompute", "swap"):
+        small = make_engine(tiny_llama_dir, num_blocks=9, enable_prefix_caching=False, preemption_mode=mode)
+        squeezed = run_all(small, prompts, params, check_every_step=True)
+        assert small.stats().num_preemptions >= 1, mode
+        assert [[c.token_ids for c in o.outputs] for o in squeezed] == [[c.token_ids for c in o.outputs]
+                                                                         for o in reference], mode
+
+
+def test_readmitted_beams_compute_their_tokens_in_one_step(tiny_llama_dir):
+    """After a recompute preemption each beam has its own prefix hit; chunked apart, some beams reached their
+    last token (and needed logits) in a step where others did not, and the beam step failed."""
+    prompts = [[40], [169, 381, 290, 97, 245, 264, 40, 174, 354, 75, 265, 323, 377]]
+    params = [SamplingParams(temperature=1.0, seed=13505, n=3, max_tokens=5, ignore_eos=True),
+              SamplingParams(use_beam_search=True, beam_width=3, n=3, max_tokens=5, **GREEDY)]
+    reference = run_all(make_engine(tiny_llama_dir, block_size=16), prompts, params)
+    small = make_engine(tiny_llama_dir, num_blocks=6, block_size=16, max_num_batched_tokens=16)
+    squeezed = run_all(small, prompts, params, check_every_step=True)
+    assert squeezed[1].metrics.num_preemptions >= 1 or squeezed[0].metrics.num_preemptions >= 1
+    assert [c.token_ids for c in squeezed[1].outputs] == [c.token_ids for c in reference[1].outputs]
+
+
+def test_an_admission_undone_does_not_count_as_a_prefix_lookup(tiny_llama_dir):
+    """A request whose sequences do not all fit is undone and admitted again in a later step; the prefix cache's
+    counters hold the admissions that stayed, not every attempt."""
+    engine = make_engine(tiny_llama_dir, num_blocks=8, block_size=16, max_num_batched_tokens=16)
+    kv, kept, undone = engine.kv, [], []
+    allocate, undo = kv.allocate, kv.undo_admission
+
+    def spy_allocate(seq_id, token_ids, num_new, prefix=None, extra_keys=()):
+        new = not kv.has_seq(seq_id)
+        result = allocate(seq_id, token_ids, num_new, prefix, extra_keys)
+        if new and result is not None:
+            kept.append((seq_id, len(token_ids), prefix.num_tokens if prefix else 0))
+        return result
+
+    def spy_undo(seq_id, num_computed):
+        undone.append(next(k for k in reversed(kept) if k[0] == seq_id))
+        kept.remove(undone[-1])
+        undo(seq_id, num_computed)
+
+    kv.allocate, kv.undo_admission = spy_allocate, spy_undo
+    shared = [56, 328, 228, 250, 232, 90, 289, 229]
+    run_all(engine, [shared + [148, 236, 246, 39, 122, 222, 298, 267, 185, 247, 320, 93, 61, 101], shared + [202, 99, 22]],
+            [SamplingParams(temperature=0.7, seed=37973, max_tokens=23),
+             SamplingParams(temperature=1.0, seed=269492, n=4, max_tokens=8, ignore_eos=True)])
+    assert undone, "an admission was to be undone"
+    stats = engine.stats()
+    assert (stats.prefix_queries_tokens, stats.prefix_hits_tokens) == (sum(k[1] for k in kept), sum(k[2] for k in kept))

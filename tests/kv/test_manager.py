@@ -311,3 +311,18 @@ def test_check_invariants_catches_a_hash_map_mismatch():
     m.pool.blocks[1].block_hash = m.pool.blocks[0].block_hash
     with pytest.raises(InvariantError):
         m.check_invariants()
+
+
+def test_undoing_an_admission_takes_its_lookup_back_from_the_counters():
+    m = KVCacheManager(6, 2)
+    m.allocate("a", [1, 2, 3, 4, 5], 5)
+    m.free("a")
+    before = m.stats()
+    hit = m.lookup_prefix([1, 2, 3, 4, 9])
+    m.allocate("b", [1, 2, 3, 4, 9], 1, hit)
+    assert m.stats().prefix_hits_tokens == before.prefix_hits_tokens + 4
+    m.undo_admission("b", 4)
+    after = m.stats()
+    m.check_invariants()
+    assert (after.prefix_queries_tokens, after.prefix_hits_tokens, after.used) == (
+        before.prefix_queries_tokens, before.prefix_hits_tokens, 0)
