@@ -155,7 +155,7 @@ def load_jsonl(path: str | Path, max_model_len: int) -> Workload:
         raise InvalidInputError(f"unknown workload {str(path)!r}: use one of {', '.join(WORKLOADS)} or a .jsonl file")
     requests = []
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark (Windows editors) is not an error
     except UnicodeDecodeError as exc:
         raise InvalidInputError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     for lineno, line in enumerate(text.splitlines(), start=1):

@@ -1,5 +1,6 @@
 """load_tokenizer(path): from a local HF directory, or built from a GGUF file's vocabulary (cached)."""
 
+import logging
 import shutil
 import tempfile
 from pathlib import Path
@@ -7,6 +8,8 @@ from typing import Any
 
 from pagedllm.errors import ModelLoadError
 from pagedllm.model.default_model import cache_dir
+
+logger = logging.getLogger("pagedllm")
 
 
 def load_tokenizer(path: str | Path) -> Any:
@@ -28,7 +31,11 @@ def gguf_tokenizer_cache_path(gguf: Path) -> Path:
 def _from_gguf_cached(gguf: Path) -> Any:
     cached = gguf_tokenizer_cache_path(gguf)
     if cached.is_dir():
-        return _from_pretrained(cached)
+        try:
+            return _from_pretrained(cached)
+        except ModelLoadError as exc:  # a damaged entry is built again, not an error on every later load
+            logger.warning("rebuilding the cached tokenizer %s (%s)", cached, exc)
+            shutil.rmtree(cached, ignore_errors=True)
     tokenizer = _from_pretrained(gguf.parent, gguf_file=gguf.name)
     _save_atomically(tokenizer, cached)
     return tokenizer

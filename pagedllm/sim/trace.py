@@ -88,7 +88,7 @@ def load_trace(path: str | Path) -> list[TraceRequest]:
     """Read a JSONL trace; any bad line raises InvalidInputError naming file, line and problem."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
     except OSError as exc:
         raise InvalidInputError(f"cannot read trace {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:

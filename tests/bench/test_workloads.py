@@ -110,3 +110,9 @@ def test_a_workload_that_is_not_utf8_is_refused(tmp_path):
     path.write_bytes(b'{"prompt": "\xff\xfe"}\n')
     with pytest.raises(InvalidInputError, match="not UTF-8"):
         load_jsonl(path, 2048)
+
+
+def test_a_byte_order_mark_is_not_an_error(tmp_path):
+    path = tmp_path / "w.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"prompt": [5, 6, 7], "max_tokens": 2}\n')
+    assert load_jsonl(path, 2048).requests[0].prompt == [5, 6, 7]

@@ -1,5 +1,7 @@
 """GGUF loading: names, dequantization and llama.cpp's Q/K reorder round-trip against the HF weights."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -82,6 +84,17 @@ def _logits_bf16(model) -> torch.Tensor:
     meta = AttentionMetadata.build([[6, 1, 3]], [0], [len(IDS)], 4)
     with torch.inference_mode():
         return model.compute_logits(model(torch.tensor(IDS), torch.arange(len(IDS)), caches, meta))
+
+
+def test_a_damaged_cached_tokenizer_is_built_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("PAGEDLLM_CACHE_DIR", str(tmp_path / "cache"))
+    reference = make_tiny_tokenizer()
+    path = write_gguf(make_hf_model("llama"), tmp_path / "tok.gguf", tokenizer=reference)
+    load_tokenizer(path)
+    (entry,) = (tmp_path / "cache" / "tokenizers").iterdir()
+    (entry / "tokenizer.json").write_text("{not json")
+    assert load_tokenizer(path)("Hello!").input_ids == reference("Hello!").input_ids
+    assert json.loads((entry / "tokenizer.json").read_text())  # rebuilt in place
 
 
 def test_tokenizer_built_from_gguf_and_cached(tmp_path, monkeypatch):

@@ -93,3 +93,10 @@ def test_synthetic_clips_to_a_small_max_len():
 def test_synthetic_rejects_bad_config(kwargs):
     with pytest.raises(InvalidInputError):
         SyntheticConfig(**kwargs)
+
+
+def test_a_trace_with_a_byte_order_mark_loads(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"arrival": 0, "prompt_len": 4, "output_len": 2}\n')
+    (request,) = load_trace(path)
+    assert (request.prompt_len, request.output_len) == (4, 2)
