@@ -47,8 +47,9 @@ class BurstPlan:
 async def run_burst(client: httpx.AsyncClient, plan: BurstPlan, rng: random.Random) -> BurstResult:
     result = BurstResult()
     hang_ups = set(rng.sample(range(plan.streams), plan.disconnects))
-    jobs = [_stream(client, plan, i, rng.randint(1, 8) if i in hang_ups else None, rng.randint(min(8, plan.max_tokens), plan.max_tokens),
-                    result) for i in range(plan.streams)]
+    shortest = min(8, plan.max_tokens)
+    jobs = [_stream(client, plan, i, rng.randint(1, 8) if i in hang_ups else None,
+                    rng.randint(shortest, plan.max_tokens), result) for i in range(plan.streams)]
     jobs += [_bad(client, *BAD_BODIES[(i + rng.randrange(len(BAD_BODIES))) % len(BAD_BODIES)], result)
              for i in range(plan.bad_requests)]
     rng.shuffle(jobs)

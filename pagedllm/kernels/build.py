@@ -4,8 +4,9 @@ The build targets the CPU it runs on (-march=native: AVX2, AVX-512, AVX512-BF16,
 the cache key covers the CPU's flags as well as the sources, torch and the compiler: a build from another
 CPU kind is never loaded. It covers where torch is installed too: two environments on one machine (a
 checkout's and a fresh clone's) each keep their own build instead of rebuilding over each other's, since
-torch's extension loader rebuilds whenever the include paths it compiled with change. Where no compiler is found, or the build fails, `load_cpu_kernels()` logs one
-line and returns None, and the engine keeps its torch path.
+torch's extension loader rebuilds whenever the include paths it compiled with change. Where no compiler is
+found, or the build fails, `load_cpu_kernels()` logs one line and returns None, and the engine keeps its
+torch path.
 
 PAGEDLLM_KERNELS_ISA=avx2 builds for AVX2 alone (-march=haswell) and hides the CPU's newer vector flags from
 every choice made by them (kernels, dtype "auto", tests): the AVX2 path tested on a CPU that has more

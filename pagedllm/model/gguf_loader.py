@@ -110,7 +110,8 @@ def open_gguf(path: Path) -> Any:
         ) from None
     for tensor in reader.tensors:  # the reader does not check this, and a shifted tensor reads wrong values
         if (tensor.data_offset - reader.data_offset) % reader.alignment:
-            raise ModelLoadError(f"{path}: tensor {tensor.name} is not aligned to {reader.alignment} bytes (corrupt file)")
+            raise ModelLoadError(f"{path}: tensor {tensor.name} is not aligned to {reader.alignment} bytes "
+                                 "(a corrupt file)")
     return reader
 
 

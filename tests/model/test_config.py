@@ -47,9 +47,11 @@ def test_round_trip_through_hf_dict():
      ({"rope_parameters": [1]}, "rope_parameters must be an object"),
      ({"tie_word_embeddings": "false"}, "tie_word_embeddings must be true or false, got 'false'"),
      ({"attention_bias": 0}, "attention_bias must be true or false"),
-     ({"vocab_size": "100"}, "vocab_size must be an integer, got '100'"), ({"head_dim": 16.5}, "head_dim must be an integer"),
+     ({"vocab_size": "100"}, "vocab_size must be an integer, got '100'"),
+     ({"head_dim": 16.5}, "head_dim must be an integer"),
      ({"intermediate_size": 128.0}, "intermediate_size must be an integer"),
-     ({"num_attention_heads": 0}, "num_heads must be positive"), ({"eos_token_id": "2"}, "eos_token_id must be an integer"),
+     ({"num_attention_heads": 0}, "num_heads must be positive"),
+     ({"eos_token_id": "2"}, "eos_token_id must be an integer"),
      ({"bos_token_id": "abc"}, "bos_token_id must be an integer"),
      ({"rope_scaling": {**LLAMA3, "factor": "8"}}, "factor must be a finite number"),
      ({"model_type": ["llama"]}, "unsupported architecture")],
@@ -96,6 +98,7 @@ def test_from_gguf_metadata():
 ])  # fmt: skip
 def test_invalid_gguf_metadata(change, message):
     meta = {"general.architecture": "llama", "llama.block_count": 2, "llama.embedding_length": 576,
-            "llama.feed_forward_length": 1536, "llama.attention.head_count": 9, "tokenizer.ggml.tokens": range(100)}  # fmt: skip
+            "llama.feed_forward_length": 1536, "llama.attention.head_count": 9,
+            "tokenizer.ggml.tokens": range(100)}  # fmt: skip
     with pytest.raises(ModelLoadError, match=message):
         config_from_gguf_metadata({**meta, **change})
