@@ -81,14 +81,10 @@ class BeamSearch:
         """logits: [len(self.live), V], row i for self.live[i]."""
         if self.done:
             raise RuntimeError("beam search already finished")
-        generated = len(self.live[0].token_ids)
-        if generated < self.min_tokens and self.stop_ids:
-            logits = logits.clone()
-            banned = torch.tensor(sorted(self.stop_ids), dtype=torch.long)
-            logits[:, to_device(banned, logits.device, "sampling rows")] = float("-inf")
+        banned = sorted(self.stop_ids) if len(self.live[0].token_ids) < self.min_tokens else []
         cum = torch.tensor([b.cum_logprob for b in self.live], dtype=torch.float32)
         cum = to_device(cum, logits.device, "sampling params")
-        return self.advance(beam_candidates(logits, cum, self.num_candidates))
+        return self.advance(beam_candidates(logits, cum, self.num_candidates, banned))
 
     def advance(self, cands: BeamCandidates) -> BeamStep:
         """Apply one step's candidates (best first) and say what the engine must do."""

@@ -135,13 +135,18 @@ def mask_stop_tokens(logits: torch.Tensor, rows: list[SamplingRow], eos_token_id
                 logits[i, _index(banned, logits)] = float("-inf")
 
 
-def beam_candidates(logits: torch.Tensor, cum_logprobs: torch.Tensor, k: int) -> BeamCandidates:
+def beam_candidates(
+    logits: torch.Tensor, cum_logprobs: torch.Tensor, k: int, banned: list[int] | None = None
+) -> BeamCandidates:
     """Top-k (beam, token) continuations by cumulative logprob.
 
-    logits: [B, V] for the B live beams; cum_logprobs: [B]. Banned tokens
-    may be set to -inf in `logits` beforehand.
+    logits: [B, V] for the B live beams; cum_logprobs: [B]. `banned` tokens (stop tokens before min_tokens) are
+    left out after the log-softmax, so that every candidate's logprob is the model's own, not renormalised.
     """
-    logprobs = torch.log_softmax(logits.float(), dim=-1) + cum_logprobs[:, None].float()  # [B, V]
+    logprobs = torch.log_softmax(logits.float(), dim=-1)  # [B, V]
+    if banned:
+        logprobs[:, _index(banned, logprobs)] = float("-inf")
+    logprobs += cum_logprobs[:, None].float()
     vocab = logprobs.shape[1]
     flat = logprobs.reshape(-1)
     values, indices = torch.topk(flat, k=min(k, flat.numel()))

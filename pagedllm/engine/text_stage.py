@@ -23,10 +23,10 @@ def _add_token(token: SampledToken) -> None:
         completion.logprobs.append(TokenLogprob(token.token_id, token.logprob, token.top_logprobs or {}))
     detokenizer = completion.detokenizer
     completion.add_text(detokenizer.append(token.token_id))
+    if token.finish_reason is not None or detokenizer.stop_reason is not None:
+        completion.add_text(detokenizer.finish())  # what was held back, where a stop string may still show
     if detokenizer.stop_reason is not None:  # a stop string ends it whatever the token-level verdict
         token.finish_reason, token.stop_reason = "stop", detokenizer.stop_reason
-    if token.finish_reason is not None:
-        completion.add_text(detokenizer.finish())
 
 
 def _beam_outputs(choice: BeamChoice, tokenizer: Tokenizer) -> list[CompletionOutput]:

@@ -62,3 +62,16 @@ def test_32_mixed_requests_batched_equal_alone_and_transformers(engine, hf_model
                 eos_token_id=None, pad_token_id=0,
             )
         assert batched[i] == out[0, len(prompt):].tolist(), f"request {i} differs from transformers"
+
+
+@pytest.mark.parametrize("max_tokens", [1, 2, 3])
+def test_a_stop_string_in_the_text_released_at_the_end_is_the_stop_reason(engine, max_tokens):
+    """The first token here is a space and the first bytes of an emoji: its text is held back until the
+    character completes or the output ends. Ended by length, the released text still holds the stop string."""
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, stop=[" "])
+    engine.add_request("flush", "Emoji story: 🐶 🐱 🐭", params)
+    done = []
+    while engine.has_unfinished_requests():
+        done += [o for o in engine.step() if o.finished]
+    (completion,) = done[0].outputs
+    assert (completion.text, completion.finish_reason, completion.stop_reason) == ("", "stop", " ")
