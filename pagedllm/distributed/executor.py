@@ -69,6 +69,9 @@ class TensorParallelExecutor:
                 return self.group.reduce_logits(logits, greedy_rows, self.layout, self.vocab_size)
             except Exception as exc:  # a dead or silent peer, or any error that leaves the ranks out of step
                 raise self._fail(exc) from exc
+            except BaseException as exc:  # Ctrl-C mid-step leaves them out of step too: fail now, not at the next
+                self._fail(exc)
+                raise
 
     def shutdown(self) -> None:
         """Stop every worker (a STOP message, then a bounded wait, then a kill) and leave the group; also
@@ -96,9 +99,9 @@ class TensorParallelExecutor:
         self.group.send_words(encode(message))
         self._last_send = time.monotonic()
 
-    def _fail(self, cause: Exception) -> WorkerFailedError:
+    def _fail(self, cause: BaseException) -> WorkerFailedError:
         dead = self.workers.dead(wait=1.0) if self.workers is not None else []
-        what = "; ".join(dead) if dead else str(cause).splitlines()[0]
+        what = "; ".join(dead) if dead else (str(cause).splitlines() or [type(cause).__name__])[0]
         self._failure = WorkerFailedError(f"a tensor-parallel rank failed, the engine cannot go on: {what}")
         logger.error("%s", self._failure)
         if self.workers is not None:

@@ -2,6 +2,7 @@
 engine uses on it (the per-step message, the per-layer all-reduce, the logits reduction)."""
 
 import datetime
+import math
 import os
 from dataclasses import dataclass
 
@@ -29,8 +30,8 @@ def step_timeout_s() -> float:
         value = float(text)
     except ValueError:
         value = -1.0
-    if value <= 0:
-        raise InvalidInputError(f"${TIMEOUT_ENV} must be a positive number of seconds, got {text!r}")
+    if not (math.isfinite(value) and value >= 0.001):  # gloo counts whole milliseconds
+        raise InvalidInputError(f"${TIMEOUT_ENV} must be a positive number of seconds (0.001 or more), got {text!r}")
     return value
 
 

@@ -45,7 +45,6 @@ def _max_model_len(wanted: int | None, model_len: int) -> int:
 class LLMEngine:
     def __init__(self, config: EngineConfig | None = None) -> None:
         from pagedllm.model.loader import load_model
-        from pagedllm.model.tokenizer import load_tokenizer
 
         self.config = config = config or EngineConfig()
         parallel = config.tensor_parallel_size > 1
@@ -58,15 +57,28 @@ class LLMEngine:
             self.executor, self.model_config = self._start_tensor_parallel(path)
         else:
             self.model, self.model_config = load_model(path, self.dtype, self.device)
-        self.tokenizer = load_tokenizer(path)
-        self.model_name = config.served_model_name or _model_name(path)
         try:
-            self.max_model_len = _max_model_len(config.max_model_len, self.model_config.max_position_embeddings)
-        except InvalidInputError:
+            self._build_around_the_model(path)
+        except BaseException:
             if parallel:
                 self.executor.shutdown()  # the workers started with the model
             raise
-        if not parallel:
+        # Everything built so far (weights, tokenizer, the pool's bookkeeping) lives as long as the engine:
+        # keep it out of the garbage collector's scans, which otherwise took ~3% of a run's CPU time.
+        # Unfrozen at exit so that extension modules see their objects released at shutdown.
+        gc.freeze()
+        atexit.register(gc.unfreeze)
+
+    def _build_around_the_model(self, path: str) -> None:
+        """The tokenizer, the length, the runner (one process) and the pool's bookkeeping, the scheduler and the
+        output stage."""
+        from pagedllm.model.tokenizer import load_tokenizer
+
+        config = self.config
+        self.tokenizer = load_tokenizer(path)
+        self.model_name = config.served_model_name or _model_name(path)
+        self.max_model_len = _max_model_len(config.max_model_len, self.model_config.max_position_embeddings)
+        if config.tensor_parallel_size == 1:
             self.executor = LocalExecutor(self._build_runner())
         self.runner, self.model = self.executor.runner, self.executor.runner.model
         sharing = config.enable_prefix_caching and config.allocator == "paged"  # contiguous runs share nothing
@@ -80,11 +92,6 @@ class LLMEngine:
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self._log_capacity()
-        # Everything built so far (weights, tokenizer, the pool's bookkeeping) lives as long as the engine:
-        # keep it out of the garbage collector's scans, which otherwise took ~3% of a run's CPU time.
-        # Unfrozen at exit so that extension modules see their objects released at shutdown.
-        gc.freeze()
-        atexit.register(gc.unfreeze)
 
     # -- requests ------------------------------------------------------------------------
 
@@ -176,6 +183,9 @@ class LLMEngine:
         self, request_id: str, prompt: str | None, token_ids: list[int], params: SamplingParams, cache_salt: str | None
     ) -> Request:
         width = params.beam_width if params.use_beam_search else params.n
+        vocab = self.model_config.vocab_size
+        if outside := [t for t in params.stop_token_ids if t >= vocab]:
+            raise InvalidInputError(f"stop_token_ids must be below the vocabulary size {vocab}; got {outside[:3]}")
         return Request(
             request_id=request_id,
             prompt=prompt,

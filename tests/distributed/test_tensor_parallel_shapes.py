@@ -58,8 +58,9 @@ def test_a_split_that_does_not_divide_says_so_before_starting_anything(tiny_tp3_
     assert children(os.getpid()) == before
 
 
-def test_a_bad_timeout_says_so_before_starting_anything(tiny_llama_dir, monkeypatch) -> None:
-    monkeypatch.setenv("PAGEDLLM_TP_TIMEOUT", "soon")
+@pytest.mark.parametrize("timeout", ["soon", "nan", "inf", "1e-9", "-1"])
+def test_a_bad_timeout_says_so_before_starting_anything(tiny_llama_dir, monkeypatch, timeout) -> None:
+    monkeypatch.setenv("PAGEDLLM_TP_TIMEOUT", timeout)
     before = children(os.getpid())
     with pytest.raises(InvalidInputError, match="PAGEDLLM_TP_TIMEOUT must be a positive number"):
         make_llm(tiny_llama_dir, 2)

@@ -9,7 +9,7 @@ import pytest
 from tp_helpers import alive, children, completions, make_llm
 
 from pagedllm import SamplingParams
-from pagedllm.errors import InvalidInputError, WorkerFailedError
+from pagedllm.errors import InvalidInputError, ModelLoadError, WorkerFailedError
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
 
@@ -27,11 +27,53 @@ def _assert_gone(pids: list[int], within: float = 10.0) -> None:
     assert not any(alive(p) for p in pids), f"orphan workers: {[p for p in pids if alive(p)]}"
 
 
-def test_a_refused_setting_stops_the_started_workers(tiny_llama_dir) -> None:
+@pytest.mark.parametrize("what", ["max_model_len", "tokenizer"])
+def test_a_start_that_fails_after_the_workers_loaded_stops_them(tiny_llama_dir, tmp_path, what) -> None:
+    import shutil
+
+    model, options = tiny_llama_dir, {}
+    if what == "tokenizer":
+        model = tmp_path / "no-tokenizer"
+        model.mkdir()
+        for name in ("config.json", "model.safetensors"):
+            shutil.copy(tiny_llama_dir / name, model / name)
+    else:
+        options["max_model_len"] = 4096
     before = set(children(os.getpid()))
-    with pytest.raises(InvalidInputError, match="max_model_len"):
-        make_llm(tiny_llama_dir, 2, max_model_len=4096)
+    with pytest.raises(ModelLoadError if what == "tokenizer" else InvalidInputError, match=what):
+        make_llm(model, 2, **options)
     _assert_gone(sorted(set(children(os.getpid())) - before))
+    llm = make_llm(tiny_llama_dir, 2)  # the process can start another one: the group was left
+    try:
+        assert completions(llm, ["Hello"], GREEDY)[0][0][0]
+    finally:
+        llm.engine.shutdown()
+
+
+def test_an_interrupt_mid_step_fails_the_engine_at_once(tiny_llama_dir, monkeypatch) -> None:
+    """Ctrl-C between the step message and the all-reduces leaves the ranks out of step: the engine fails then
+    (its workers stopped), instead of hanging the next step for the whole timeout."""
+    from pagedllm.distributed.group import RankGroup
+
+    llm = make_llm(tiny_llama_dir, 2)
+    try:
+        (worker,) = _workers(llm)
+
+        def interrupted(*args, **kwargs):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(RankGroup, "reduce_logits", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            completions(llm, ["Hello"], GREEDY)
+        monkeypatch.undo()
+        assert llm.engine.failure is not None
+        start = time.monotonic()
+        with pytest.raises(WorkerFailedError):
+            completions(llm, ["Hello again"], GREEDY)
+        assert time.monotonic() - start < 5
+    finally:
+        llm.engine.shutdown()
+    _assert_gone([worker])
 
 
 def test_a_killed_worker_fails_the_next_request_at_once(tiny_llama_dir) -> None:

@@ -61,6 +61,14 @@ def test_a_max_model_len_past_the_models_own_is_refused(tiny_llama_dir):
     assert make_engine(tiny_llama_dir, max_model_len=512).max_model_len == 512
 
 
+@pytest.mark.parametrize("min_tokens", [0, 2])
+def test_a_stop_token_id_outside_the_vocabulary_is_refused(tiny_llama_dir, min_tokens):
+    engine = make_engine(tiny_llama_dir)
+    with pytest.raises(InvalidInputError, match=r"stop_token_ids must be below the vocabulary size 384; got \[384\]"):
+        engine.add_request("r", [5, 6, 7], SamplingParams(stop_token_ids=[384], min_tokens=min_tokens, max_tokens=4))
+    assert not engine.has_unfinished_requests() and engine.kv.num_used_blocks == 0
+
+
 def test_generate_returns_outputs_in_prompt_order(tiny_llama_dir):
     llm = LLM(model=str(tiny_llama_dir), num_blocks=256, block_size=4)
     prompts = random_prompts(5, seed=23)
