@@ -66,11 +66,7 @@ class RankGroup:
         """Destroy the process groups and drop this rank's handles on them, so that their gloo threads are
         joined now. A gloo thread that frees a collective's last tensor after the interpreter has begun to
         finalize cannot take the GIL and aborts the process ("terminate called without an active exception")."""
-        if dist.is_initialized():
-            try:
-                dist.destroy_process_group()
-            except Exception:  # a group whose peers are gone can fail to tear down; the process is ending anyway
-                pass
+        leave_default_group()
         self.control = self.data = None
 
     @property
@@ -158,3 +154,11 @@ def _combine(summaries: list[torch.Tensor]) -> list[SampleResult]:
     tokens, logprobs = chosen[:, 1].long().tolist(), (chosen[:, 0] - log_z).tolist()
     return [SampleResult(t, lp, None) for t, lp in zip(tokens, logprobs)]
 
+
+def leave_default_group() -> None:
+    """Destroy this process's default group, if it has one (also after a join that failed halfway)."""
+    if dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:  # a group whose peers are gone can fail to tear down; the process is ending anyway
+            pass

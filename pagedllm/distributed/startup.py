@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 from pagedllm.distributed.executor import TensorParallelExecutor
-from pagedllm.distributed.group import RankGroup, step_timeout_s
+from pagedllm.distributed.group import RankGroup, leave_default_group, step_timeout_s
 from pagedllm.distributed.launch import LocalWorkers, launched_by_torchrun, torchrun_rank_and_size
 from pagedllm.distributed.sharded_load import read_model_config
 from pagedllm.distributed.sharding import check_shardable, local_config
@@ -75,6 +75,7 @@ def _join(size: int, attention_impl: str) -> tuple[RankGroup, LocalWorkers | Non
         return RankGroup.join(0, size, workers.store), workers
     except BaseException:
         workers.kill()
+        leave_default_group()  # a worker lost after the default group formed: another engine can start
         raise
 
 

@@ -136,3 +136,22 @@ def test_a_script_without_a_main_guard_fails_with_the_reason_instead_of_hanging(
                           text=True, timeout=240)  # fmt: skip
     assert done.returncode != 0
     assert 'if __name__ == "__main__":' in done.stderr and "failed to start" in done.stderr
+
+
+def test_a_join_that_fails_halfway_leaves_the_default_group(tiny_llama_dir, monkeypatch) -> None:
+    """A worker lost after rank 0's default group formed fails the join: its group must go too, or the
+    process could never start another engine ("a tensor-parallel engine is already running")."""
+    import torch.distributed as dist
+
+    from pagedllm.distributed.group import RankGroup
+
+    def halfway(rank, size, store=None):
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        raise RuntimeError("wait timeout after 60000ms")
+
+    monkeypatch.setattr(RankGroup, "join", halfway)
+    before = set(children(os.getpid()))
+    with pytest.raises(RuntimeError, match="wait timeout"):
+        make_llm(tiny_llama_dir, 2)
+    assert not dist.is_initialized()
+    _assert_gone(sorted(set(children(os.getpid())) - before))
