@@ -110,18 +110,7 @@ def test_eos_candidate_becomes_hypothesis_with_length_penalty():
     assert hyp.score == pytest.approx(-1.2 / 2**2)
 
 
-def test_min_tokens_blocks_eos(model):
-    params = SamplingParams(n=2, use_beam_search=True, temperature=0, max_tokens=4, min_tokens=3)
-    search = BeamSearch(params, {108}, max_tokens=4)  # 108 is the top first token
-    while not search.done:
-        seqs = torch.tensor([PROMPT + b.token_ids for b in search.live])
-        with torch.no_grad():
-            search.step(model(seqs).logits[:, -1, :].float())
-    for hyp in search.best():
-        assert 108 not in hyp.token_ids[:3]
-
-
-def test_min_tokens_leaves_the_beams_logprobs_the_models_own(model):
+def test_min_tokens_blocks_eos_and_leaves_the_beams_logprobs_the_models_own(model):
     """Stop tokens are left out before min_tokens, but a beam's logprobs stay the model's log-softmax (as
     transformers scores them), not renormalised over the tokens still allowed."""
     params = SamplingParams(n=2, use_beam_search=True, temperature=0, max_tokens=4, min_tokens=3)
@@ -131,6 +120,7 @@ def test_min_tokens_leaves_the_beams_logprobs_the_models_own(model):
         with torch.no_grad():
             search.step(model(seqs).logits[:, -1, :].float())
     for hyp in search.best():
+        assert 108 not in hyp.token_ids[:3]
         with torch.no_grad():
             logprobs = torch.log_softmax(model(torch.tensor([PROMPT + hyp.token_ids])).logits[0].float(), -1)
         model_sum = sum(logprobs[len(PROMPT) - 1 + i, t].item() for i, t in enumerate(hyp.token_ids))
