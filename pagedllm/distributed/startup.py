@@ -13,6 +13,7 @@ from pagedllm.distributed.launch import LocalWorkers, launched_by_torchrun, torc
 from pagedllm.distributed.sharded_load import read_model_config
 from pagedllm.distributed.sharding import check_shardable, local_config
 from pagedllm.distributed.worker import WorkerSpec, build_rank, run_worker, share_spec, started_key
+from pagedllm.engine.model_runner import check_pool_fits, pool_bytes
 from pagedllm.errors import InvalidInputError, WorkerFailedError
 from pagedllm.model.config import ModelConfig
 
@@ -41,7 +42,10 @@ def start_rank0(
     step_timeout_s()  # a bad $PAGEDLLM_TP_TIMEOUT stops here, before anything starts
     full_config = read_model_config(model_path)
     check_shardable(full_config, size)
-    num_blocks = num_blocks_for(local_config(full_config, size))
+    local = local_config(full_config, size)
+    num_blocks = num_blocks_for(local)
+    if device_type == "cpu" and not launched_by_torchrun():  # every rank's pool on this machine
+        check_pool_fits(size * pool_bytes(local, num_blocks, block_size, dtype), f"{size} ranks' KV pools")
     group, workers = _join(size, attention_impl)
     try:
         threads = None if workers is None else max(1, torch.get_num_threads() // size)

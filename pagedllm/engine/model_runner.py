@@ -48,8 +48,7 @@ class ModelRunner:
         self.device = torch.device(device)
         self.attention_impl = resolve_attention_impl(attention_impl, config.head_dim, dtype, self.device)
         if self.device.type == "cpu":
-            _check_pool_fits(num_blocks * kv_cache_bytes_per_block(
-                config.num_layers, block_size, config.num_kv_heads, config.head_dim, dtype))
+            check_pool_fits(pool_bytes(config, num_blocks, block_size, dtype))
         self.kv_caches: list[torch.Tensor] = allocate_kv_caches(
             config.num_layers, num_blocks, block_size, config.num_kv_heads, config.head_dim, dtype, self.device
         )
@@ -218,11 +217,17 @@ def _triton_on_cpu() -> str:
     raise InvalidInputError("attention impl 'triton' needs a CUDA device (or TRITON_INTERPRET=1 for tests)")
 
 
-def _check_pool_fits(pool_bytes: int) -> None:
+def pool_bytes(config: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype) -> int:
+    """The KV pool's size: every layer's K and V of num_blocks blocks."""
+    return num_blocks * kv_cache_bytes_per_block(config.num_layers, block_size, config.num_kv_heads, config.head_dim,
+                                                 dtype)
+
+
+def check_pool_fits(size: int, what: str = "a KV pool") -> None:
     """A pool larger than the free memory would be zeroed page by page until the OS kills the process."""
     available = available_bytes()
-    if available is not None and pool_bytes > available:
-        raise InvalidInputError(f"a KV pool of {pool_bytes / 2**30:.1f} GiB does not fit in this machine's "
+    if available is not None and size > available:
+        raise InvalidInputError(f"{what} of {size / 2**30:.1f} GiB does not fit in this machine's "
                                 f"{available / 2**30:.1f} GiB of available memory; lower kv_cache_memory or num_blocks")
 
 

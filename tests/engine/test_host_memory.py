@@ -28,8 +28,10 @@ def test_steps_after_the_first_reuse_freed_buffers_without_page_faults():
     before = minor_page_faults()
     for _ in range(5):
         _layer_like_step(weights, 2048)
-    # with glibc's defaults each of these steps faulted 13,000-28,000 pages in again (measured)
-    assert minor_page_faults() - before < 10_000
+    # with glibc's defaults each of these steps faulted 13,000-28,000 pages in again (measured), 65,000 or more in
+    # five; kept, they fault almost none, though the kernel sometimes takes pages back in the background: up to
+    # 12,000 faults were seen in five steps
+    assert minor_page_faults() - before < 30_000
 
 
 def test_a_pool_larger_than_the_available_memory_is_refused_before_it_is_allocated(tiny_llama_dir, monkeypatch):
