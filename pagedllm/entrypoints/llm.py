@@ -95,14 +95,18 @@ def _as_prompt_list(prompts: Prompt | Seq[Prompt]) -> list[Prompt]:
         return [prompts]
     if not isinstance(prompts, (list, tuple)):
         raise InvalidInputError(f"prompts must be {PROMPT_FORMS}, got {type(prompts).__name__}")
-    if prompts and all(is_int(t) for t in prompts):
-        return [list(prompts)]  # one prompt given as token ids
     if not prompts:
         raise InvalidInputError("no prompts given")
+    if _is_token_ids(prompts):
+        return [list(prompts)]  # one prompt given as token ids
     for p in prompts:
-        if not (isinstance(p, str) or (isinstance(p, (list, tuple)) and all(is_int(t) for t in p))):
+        if not (isinstance(p, str) or _is_token_ids(p)):
             raise InvalidInputError(f"each prompt must be a string or a list of token ids (ints), got {p!r:.80}")
     return [p if isinstance(p, str) else list(p) for p in prompts]
+
+
+def _is_token_ids(value: object) -> bool:
+    return isinstance(value, (list, tuple)) and all(map(is_int, value))
 
 
 def _params_per_prompt(params: SamplingParams | Seq[SamplingParams] | None, count: int) -> list[SamplingParams]:

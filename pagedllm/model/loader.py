@@ -95,7 +95,7 @@ def _check_dtypes(tensors: dict[str, torch.Tensor], source: Path | str) -> None:
     for name, tensor in tensors.items():
         if tensor.dtype not in _WEIGHT_DTYPES:
             raise ModelLoadError(f"{source}: weight {name} is stored as {tensor.dtype} (quantized checkpoints are not "
-                                 "supported; weights must be float32, float16 or bfloat16)")
+                                 "supported; weights must be float32, float16, bfloat16 or float64)")
 
 
 def _some(names: list[str], limit: int = 5) -> str:
