@@ -38,9 +38,18 @@ def completion_logprobs(entries: list[TokenLogprob], text_of: TokenText, offset:
     return {
         "tokens": tokens,
         "token_logprobs": [finite(e.logprob) for e in entries],
-        "top_logprobs": [{text_of(t): finite(lp) for t, lp in e.top.items()} for e in entries],
+        "top_logprobs": [_top_with_sampled(e, text_of) for e in entries],
         "text_offset": offsets,
     }
+
+
+def _top_with_sampled(entry: TokenLogprob, text_of: TokenText) -> dict[str, float]:
+    """The k alternatives and, where it is not among them, the sampled token (so up to k + 1, as OpenAI's
+    legacy completions return them)."""
+    top = {text_of(t): finite(lp) for t, lp in entry.top.items()}
+    if entry.token_id not in entry.top:
+        top.setdefault(text_of(entry.token_id), finite(entry.logprob))
+    return top
 
 
 def chat_logprobs(entries: list[TokenLogprob], text_of: TokenText) -> dict[str, Any]:
