@@ -56,6 +56,9 @@ def _weight_map(index: Path) -> dict[str, str]:
         raise ModelLoadError(f"{index} is not a valid safetensors index: {exc!r}") from None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise ModelLoadError(f"{index} is not a valid safetensors index: weight_map must map names to files")
+    folder = index.parent.resolve()
+    if outside := sorted({f for f in weight_map.values() if folder not in (folder / f).resolve().parents}):
+        raise ModelLoadError(f"{index} names shard files outside the model directory: {', '.join(outside)}")
     return weight_map
 
 

@@ -159,3 +159,12 @@ def test_a_malformed_tokenizer_config_is_one_error(tmp_path, tiny_llama_dir):
     (tmp_path / "m" / "tokenizer_config.json").write_text("[1, 2]")
     with pytest.raises(ModelLoadError, match="cannot load a tokenizer from"):
         load_tokenizer(tmp_path / "m")
+
+
+@pytest.mark.parametrize("shard", ["../other/model.safetensors", "/tmp/model.safetensors", "sub/../../model.safetensors", "..", ""])
+def test_an_index_naming_shards_outside_the_model_directory_is_refused(tmp_path, tiny_llama_dir, shard):
+    shutil.copytree(tiny_llama_dir, tmp_path / "m")
+    index = {"weight_map": {"model.embed_tokens.weight": shard}}
+    (tmp_path / "m" / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(ModelLoadError, match="outside the model directory"):
+        load_model(tmp_path / "m")
