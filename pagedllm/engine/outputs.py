@@ -32,7 +32,7 @@ class RequestMetrics:
     first_token_time: float | None = None
     token_times: list[float] = field(default_factory=list)  # wall time each output token was produced
     finished_time: float | None = None
-    num_cached_prompt_tokens: int = 0  # prompt tokens served from the prefix cache
+    num_cached_prompt_tokens: int = 0  # prompt tokens the prefix cache served when it was first admitted
     num_preemptions: int = 0
 
 

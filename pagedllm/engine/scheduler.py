@@ -234,7 +234,8 @@ class Scheduler:
             self.swap.restore(seq.seq_id, self.kv.block_table(seq.seq_id))
             return  # its pending tokens are scheduled from the next step on
         seq.num_computed = plan.prefix.num_tokens
-        if seq.num_prompt_tokens == len(seq.token_ids):
+        if seq.num_prompt_tokens == len(seq.token_ids) and request.metrics.num_preemptions == 0:
+            # The first admission's hit only: a readmission would count the request's own earlier blocks.
             request.metrics.num_cached_prompt_tokens = plan.prefix.num_tokens
         out.scheduled.append(ScheduledSeq(seq, request, plan.num_new))
 

@@ -103,6 +103,19 @@ def test_prefix_caching_computes_only_unshared_tokens(tiny_llama_dir):
     assert first + tokens(rest) == tokens(run_all(uncached, prompts, params))
 
 
+def test_a_readmitted_prompt_does_not_count_its_own_earlier_blocks_as_cached(tiny_llama_dir):
+    engine = make_engine(tiny_llama_dir, num_blocks=12, max_num_batched_tokens=9)
+    short, long = random_prompts(2, seed=0, low=4, high=4)[0], random_prompts(1, seed=1, low=40, high=40)[0]
+    engine.add_request("a", short, SamplingParams(max_tokens=30, **GREEDY))
+    engine.add_request("v", long, SamplingParams(max_tokens=2, **GREEDY))
+    outputs = {}
+    while engine.has_unfinished_requests():
+        outputs.update((o.request_id, o) for o in engine.step() if o.finished)
+    # v is preempted mid-prompt; readmitted, it finds the chunks it computed before in the prefix cache
+    assert outputs["v"].metrics.num_preemptions == 1
+    assert outputs["v"].metrics.num_cached_prompt_tokens == 0  # what the cache held when it first came in
+
+
 def test_cache_salt_keeps_tenants_apart(tiny_llama_dir):
     engine = make_engine(tiny_llama_dir)
     prompt = random_prompts(1, seed=5, low=40, high=40)[0]
