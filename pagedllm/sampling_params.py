@@ -37,6 +37,7 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     logprobs: int | None = None  # top-k alternatives per token, 0..20
+    prompt_logprobs: int | None = None  # each prompt token's logprob and its top-k alternatives, 0..20
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
@@ -116,9 +117,10 @@ class SamplingParams:
                    f"must be <= max_tokens ({mt})", self.min_tokens)
         _check(self.seed is None or is_int(self.seed), "seed",
                "must be an integer or None", self.seed)
-        lp = self.logprobs
-        _check(lp is None or (is_int(lp) and 0 <= lp <= MAX_LOGPROBS), "logprobs",
-               f"must be an integer in [0, {MAX_LOGPROBS}] or None", lp)
+        for name in ("logprobs", "prompt_logprobs"):
+            lp = getattr(self, name)
+            _check(lp is None or (is_int(lp) and 0 <= lp <= MAX_LOGPROBS), name,
+                   f"must be an integer in [0, {MAX_LOGPROBS}] or None", lp)
 
     def _check_sampling(self) -> None:
         t = self.temperature

@@ -5,7 +5,8 @@ Encoded as a flat list of integers (sent as one int64 tensor) so that a step cos
     [kind, #copies, #swaps, #seqs, #logits rows]
     copies:  src, dst                                            (per copy)
     swaps:   op, seq id, #tokens, #blocks, blocks...             (per swap operation, in the order made)
-    seqs:    #new tokens, #cached, needs logits, #blocks, tokens..., block table...   (per sequence)
+    seqs:    #new tokens, #cached, needs logits, prompt logits start, stop, #blocks, tokens..., block table...
+                                                                 (per sequence)
     rows:    1 where a logits row is only needed for its greedy pick, else 0           (per logits row)
 """
 
@@ -51,7 +52,8 @@ def encode(msg: StepMessage) -> list[int]:
     for call in msg.swaps:
         words += (int(call.op), call.seq_id, call.num_tokens, len(call.blocks), *call.blocks)
     for seq in msg.seqs:
-        words += (len(seq.token_ids), seq.num_cached, int(seq.needs_logits), len(seq.block_table))
+        words += (len(seq.token_ids), seq.num_cached, int(seq.needs_logits), seq.prompt_logits.start,
+                  seq.prompt_logits.stop, len(seq.block_table))
         words += seq.token_ids
         words += seq.block_table
     words += map(int, msg.greedy_rows)
@@ -67,9 +69,9 @@ def decode(words: list[int]) -> StepMessage:
         op, seq_id, num_tokens, num_blocks = reader.take(4)
         msg.swaps.append(SwapCall(SwapOp(op), seq_id, reader.take(num_blocks), num_tokens))
     for _ in range(num_seqs):
-        num_new, num_cached, needs_logits, num_blocks = reader.take(4)
+        num_new, num_cached, needs_logits, prompt_start, prompt_stop, num_blocks = reader.take(6)
         tokens, table = reader.take(num_new), reader.take(num_blocks)
-        msg.seqs.append(SeqInput(tokens, num_cached, table, bool(needs_logits)))
+        msg.seqs.append(SeqInput(tokens, num_cached, table, bool(needs_logits), range(prompt_start, prompt_stop)))
     msg.greedy_rows = [bool(w) for w in reader.take(num_rows)]
     if reader.pos != len(words):
         raise ValueError(f"step message has {len(words) - reader.pos} words past its end")

@@ -54,6 +54,7 @@ def fits(step: StepTensors, largest: int, width: int) -> bool:
         meta.num_seqs <= largest
         and all(q == 1 for q in meta.query_lens_list)
         and step.logits_rows.numel() == meta.num_seqs
+        and step.num_prompt_rows == 0
         and meta.block_tables.shape[1] <= width
     )
 

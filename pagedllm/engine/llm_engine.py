@@ -15,6 +15,7 @@ from pagedllm.engine.device import resolve_device
 from pagedllm.engine.kv_snapshot import kv_snapshot
 from pagedllm.engine.executor import LocalExecutor
 from pagedllm.engine.model_runner import ModelRunner, SeqInput
+from pagedllm.engine.prompt_logprobs import prompt_rows, record_prompt_logprobs
 from pagedllm.engine.output_stage import OutputStage
 from pagedllm.engine.outputs import RequestOutput
 from pagedllm.engine.request import Request
@@ -134,7 +135,9 @@ class LLMEngine:
         step = self.scheduler.schedule()
         if not step.scheduled:
             return []
-        logits = self._execute(step)
+        prompt_logits = [prompt_rows(s) for s in step.scheduled]
+        logits = self._execute(step, prompt_logits)
+        record_prompt_logprobs(step.scheduled, prompt_logits, logits, len(step.logits_seqs()))
         outcome = self.output_stage.process(step, logits)
         detokenize(outcome, self.tokenizer)
         self.prompt_tokens_total += sum(s.num_prompt_tokens for s in step.scheduled)
@@ -145,10 +148,13 @@ class LLMEngine:
                 self.requests.pop(request.request_id, None)
         return [r.output() for r in touched]
 
-    def _execute(self, step: SchedulerOutput) -> StepLogits:
-        """Copy-on-write copies first, then the model over the step's tokens: logits of the sampled positions."""
-        inputs = [SeqInput(s.new_token_ids, s.num_cached, s.block_table, s.needs_logits) for s in step.scheduled]
-        return self.executor.execute(step.copies, inputs, self.output_stage.greedy_rows(step))
+    def _execute(self, step: SchedulerOutput, prompt_logits: list[range]) -> StepLogits:
+        """Copy-on-write copies first, then the model over the step's tokens: logits of the sampled positions,
+        then of the prompt positions whose logprobs were asked for."""
+        inputs = [SeqInput(s.new_token_ids, s.num_cached, s.block_table, s.needs_logits, rows)
+                  for s, rows in zip(step.scheduled, prompt_logits)]  # fmt: skip
+        greedy_rows = self.output_stage.greedy_rows(step) + [False] * sum(map(len, prompt_logits))
+        return self.executor.execute(step.copies, inputs, greedy_rows)
 
     @property
     def failure(self) -> BaseException | None:

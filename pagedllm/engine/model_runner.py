@@ -80,7 +80,8 @@ class ModelRunner:
             copy_blocks(self.kv_caches, copies)
 
     def execute(self, seqs: list[SeqInput]) -> torch.Tensor:
-        """float32 logits [number of seqs with needs_logits, vocab] on the device, in input order."""
+        """float32 logits on the device: a row per seq with needs_logits, in input order, then the seqs'
+        prompt_logits rows."""
         if not seqs:
             return torch.empty(0, self.config.vocab_size, device=self.device)
         step = self.prepare(seqs)
@@ -131,9 +132,13 @@ class ModelRunner:
         tokens = itertools.chain.from_iterable(s.token_ids for s in seqs)
         input_ids = np.fromiter(tokens, dtype=np.int64, count=num_tokens)
         logits_rows = starts[np.array(sampled, dtype=np.int64) + 1] - 1
+        prompt_rows = [starts[i] + np.arange(s.prompt_logits.start, s.prompt_logits.stop, dtype=np.int64)
+                       for i, s in enumerate(seqs) if s.prompt_logits]  # fmt: skip
+        if prompt_rows:
+            logits_rows = np.concatenate([logits_rows, *prompt_rows])
         step = StepTensors(torch.from_numpy(input_ids), torch.from_numpy(positions), meta,
-                           torch.from_numpy(logits_rows))  # fmt: skip
-        if len(sampled) < num_tokens:
+                           torch.from_numpy(logits_rows), num_prompt_rows=len(logits_rows) - len(sampled))
+        if len(sampled) < num_tokens and not prompt_rows:  # one row per sequence: the last layer can cut to them
             step.logits_meta = meta.last_tokens(sampled)
         return self._to_device(step)
 
@@ -150,11 +155,13 @@ class ModelRunner:
                     seq_lens=next(pieces), query_start_loc=next(pieces))
             for meta in metas
         ]
-        return StepTensors(ids, positions, metas[0], rows, metas[1] if len(metas) > 1 else None)
+        return StepTensors(ids, positions, metas[0], rows, metas[1] if len(metas) > 1 else None, host.num_prompt_rows)
 
     def _check(self, seq: SeqInput, query_len: int) -> None:
         if query_len == 0:
             raise InvalidInputError("a SeqInput must carry at least one new token")
+        if seq.prompt_logits and not (0 <= seq.prompt_logits.start < seq.prompt_logits.stop <= query_len):
+            raise InvalidInputError(f"prompt_logits {seq.prompt_logits} is not within the {query_len} new tokens")
         needed = -(-(seq.num_cached + query_len) // self.block_size)
         if len(seq.block_table) < needed:
             raise InvalidInputError(

@@ -44,3 +44,5 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     finished: bool
     metrics: RequestMetrics
+    # SamplingParams.prompt_logprobs: None for the first prompt token, then each one's logprob and top-k
+    prompt_logprobs: list[TokenLogprob | None] | None = None

@@ -5,7 +5,7 @@ import time
 from dataclasses import dataclass, field
 
 from pagedllm.engine.completion import Completion, completion_output
-from pagedllm.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from pagedllm.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput, TokenLogprob
 from pagedllm.sampling_params import SamplingParams
 
 
@@ -58,6 +58,11 @@ class Request:
     arrival_index: int = 0  # order of arrival; breaks ties between equal arrival times
     beam: object | None = None  # BeamSearch state when params.use_beam_search
     final_outputs: list[CompletionOutput] | None = None  # set when beam search ends
+    prompt_logprobs: list[TokenLogprob | None] | None = None  # when asked: [None] first, then one per token
+
+    def __post_init__(self) -> None:
+        if self.params.prompt_logprobs is not None and self.prompt_logprobs is None:
+            self.prompt_logprobs = [None]
 
     @property
     def live_seqs(self) -> list[Sequence]:
@@ -71,6 +76,16 @@ class Request:
     def width(self) -> int:
         """Sequences the request grows to: n, or the beam width."""
         return self.params.beam_width if self.params.use_beam_search else self.params.n
+
+    @property
+    def needs_prompt_logits(self) -> bool:
+        """Whether prompt logprobs were asked for and some are still to be computed."""
+        return self.prompt_logprobs is not None and len(self.prompt_logprobs) < len(self.prompt_token_ids)
+
+    @property
+    def num_prompt_positions_done(self) -> int:
+        """Positions whose logits gave their prompt logprob (position p gives token p + 1's)."""
+        return 0 if self.prompt_logprobs is None else len(self.prompt_logprobs) - 1
 
     @property
     def is_fresh(self) -> bool:
@@ -90,4 +105,5 @@ class Request:
             outputs=outputs,
             finished=self.finished,
             metrics=self.metrics,
+            prompt_logprobs=None if self.prompt_logprobs is None else list(self.prompt_logprobs),
         )

@@ -221,12 +221,21 @@ class Scheduler:
             if seq.seq_id in self.swap:  # allocate room for its saved K/V, copied back at once
                 plans.append(Admission(seq, seq.num_computed, None, swapped=True))
                 continue
-            prefix = self.kv.lookup_prefix(seq.token_ids, request.extra_keys)
+            prefix = self._cacheable_prefix(request, seq)
             num_new = len(seq.token_ids) - prefix.num_tokens
             num_new = num_new if whole else min(num_new, max(budget, 1))
             budget -= num_new
             plans.append(Admission(seq, num_new, prefix))
         return plans
+
+    def _cacheable_prefix(self, request: Request, seq: Sequence) -> PrefixHit:
+        """The prefix cache's hit, cut where prompt logprobs are still to be computed (cached positions give no
+        logits): a request that asked for them takes from the cache only what it computed before a preemption."""
+        hit = self.kv.lookup_prefix(seq.token_ids, request.extra_keys)
+        if not request.needs_prompt_logits:
+            return hit
+        num_blocks = min(len(hit.blocks), request.num_prompt_positions_done // self.kv.block_size)
+        return PrefixHit(hit.blocks[:num_blocks], num_blocks * self.kv.block_size)
 
     def _start_seq(self, request: Request, plan: "Admission", out: SchedulerOutput) -> None:
         seq = plan.seq

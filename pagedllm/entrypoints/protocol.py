@@ -108,9 +108,9 @@ class CompletionRequest(_SamplingFields):
             raise InvalidInputError("suffix is not supported")
         if self.best_of is not None and self.best_of != self.n:
             raise InvalidInputError("best_of is not supported (only best_of equal to n, which changes nothing)")
-        if self.echo and self.logprobs is not None:
-            raise InvalidInputError("echo with logprobs is not supported (no prompt logprobs)")
-        return SamplingParams(max_tokens=self.max_tokens, logprobs=self.logprobs, **self._sampling_kwargs())
+        prompt_logprobs = self.logprobs if self.echo else None  # the echoed prompt comes with its logprobs
+        return SamplingParams(max_tokens=self.max_tokens, logprobs=self.logprobs, prompt_logprobs=prompt_logprobs,
+                              **self._sampling_kwargs())
 
 
 class ContentPart(_Body):

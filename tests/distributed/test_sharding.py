@@ -89,8 +89,9 @@ def test_the_step_message_round_trips() -> None:
         Kind.STEP,
         copies=[(3, 9), (4, 10)],
         swaps=[SwapCall(SwapOp.SAVE, 7, [1, 2, 3], 40), SwapCall(SwapOp.RESTORE, 8, [5]), SwapCall(SwapOp.DROP, 2)],
-        seqs=[SeqInput([5, 6, 7], 0, [1], True), SeqInput([9], 33, [4, 8, 2], False), SeqInput([1], 0, [0])],
-        greedy_rows=[True, False],
+        seqs=[SeqInput([5, 6, 7], 0, [1], True, range(0, 2)), SeqInput([9], 33, [4, 8, 2], False),
+              SeqInput([1], 0, [0])],
+        greedy_rows=[True, False, False, False],
     )
     assert decode(encode(msg)) == msg
     assert decode(encode(StepMessage(Kind.HEARTBEAT))) == StepMessage(Kind.HEARTBEAT)

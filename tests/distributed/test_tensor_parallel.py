@@ -43,6 +43,16 @@ def test_size_2_greedy_tokens_equal_size_1(single, pair) -> None:
         assert same_completions(completions(pair, prompts, GREEDY), completions(single, prompts, GREEDY))
 
 
+def test_size_2_prompt_logprobs_are_size_1s(single, pair) -> None:
+    params = SamplingParams(temperature=0.0, max_tokens=2, prompt_logprobs=3)
+    one, two = (llm.generate(PROMPTS, params, use_tqdm=False) for llm in (single, pair))
+    for a, b in zip(one, two):
+        assert len(a.prompt_logprobs) == len(b.prompt_logprobs) == len(a.prompt_token_ids)
+        for x, y in zip(a.prompt_logprobs[1:], b.prompt_logprobs[1:]):
+            assert x.token_id == y.token_id and x.logprob == pytest.approx(y.logprob, abs=1e-4)
+            assert list(x.top.values()) == pytest.approx(list(y.top.values()), abs=1e-4)
+
+
 def test_one_tensor_parallel_engine_per_process(tiny_llama_dir, pair) -> None:
     with pytest.raises(InvalidInputError, match="already running in this process"):
         make_llm(tiny_llama_dir, 2)

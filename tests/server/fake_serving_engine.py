@@ -291,7 +291,16 @@ class FakeEngine:
 
     def _output(self, req: _Req) -> RequestOutput:
         outs = [self._completion(req, s) for s in req.seqs]
-        return RequestOutput(req.request_id, req.prompt, list(req.prompt_ids), outs, req.finished, req.metrics)
+        return RequestOutput(req.request_id, req.prompt, list(req.prompt_ids), outs, req.finished, req.metrics,
+                             self._prompt_logprobs(req))
+
+    @staticmethod
+    def _prompt_logprobs(req: _Req) -> list[TokenLogprob | None] | None:
+        k = req.params.prompt_logprobs
+        if k is None:
+            return None
+        return [None] + [TokenLogprob(t, -0.5, {(t + j) % 256: -0.25 * (j + 1) for j in range(k)})
+                         for t in req.prompt_ids[1:]]  # fmt: skip
 
     def _completion(self, req: _Req, s: _Seq) -> CompletionOutput:
         logprobs = list(s.logprobs) if req.params.logprobs is not None else None

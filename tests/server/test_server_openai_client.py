@@ -64,6 +64,22 @@ def test_completion_logprobs(server: RunningServer) -> None:
     assert lp.text_offset == sorted(lp.text_offset)
 
 
+def test_completion_echo_with_logprobs_covers_the_prompt_first(server: RunningServer) -> None:
+    client = sync_client(server)
+    prompt = [72, 105, 33, 40]
+    full = client.completions.create(model=server.model, prompt=prompt, max_tokens=3, echo=True, logprobs=1,
+                                     temperature=0)
+    lp = full.choices[0].logprobs
+    assert len(lp.tokens) == len(prompt) + full.usage.completion_tokens
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None  # nothing comes before the first token
+    assert all(x <= 0 for x in lp.token_logprobs[1:]) and all(lp.tokens[i] in lp.top_logprobs[i] for i in range(1, 7))
+    assert lp.text_offset[: len(prompt)] == sorted(lp.text_offset[: len(prompt)]) and lp.text_offset[0] == 0
+    chunks = list(client.completions.create(model=server.model, prompt=prompt, max_tokens=3, echo=True, logprobs=1,
+                                            temperature=0, stream=True))
+    echoed = chunks[0].choices[0].logprobs  # the prompt's chunk carries the prompt's logprobs
+    assert echoed.tokens == lp.tokens[: len(prompt)] and echoed.token_logprobs == lp.token_logprobs[: len(prompt)]
+
+
 def test_completion_stop_string_ends_text(server: RunningServer) -> None:
     client = sync_client(server)
     free = client.completions.create(model=server.model, prompt="Go", max_tokens=20, temperature=0,

@@ -14,7 +14,7 @@ from pagedllm.entrypoints.protocol import CompletionRequest
 from pagedllm.entrypoints.server import limits, sse
 from pagedllm.entrypoints.server.deltas import ChoiceDelta, DeltaTracker
 from pagedllm.entrypoints.server.errors import from_abort, sse_error
-from pagedllm.entrypoints.server.logprobs import TokenText, completion_logprobs
+from pagedllm.entrypoints.server.logprobs import TokenText, completion_logprobs, prompt_logprobs
 from pagedllm.entrypoints.server.prompts import PromptProcessor
 from pagedllm.entrypoints.server.request_body import parse_body
 from pagedllm.entrypoints.server.submission import (Submission, check_capacity, check_model, submit,
@@ -77,6 +77,18 @@ class _View:
             return None
         return completion_logprobs(entries, self.text_of, offset)
 
+    def _echo_logprobs(self, output: RequestOutput) -> dict[str, Any] | None:
+        if output.prompt_logprobs is None:
+            return None
+        return prompt_logprobs(output.prompt_token_ids, output.prompt_logprobs, self.text_of)
+
+    def _choice_logprobs(self, output: RequestOutput, entries: list | None, offset: int) -> dict[str, Any] | None:
+        """The completion's logprobs, after the echoed prompt's where it was echoed."""
+        completion, prompt = self._logprobs(entries, offset), self._echo_logprobs(output)
+        if completion is None or prompt is None:
+            return completion
+        return {key: prompt[key] + completion[key] for key in completion}
+
     def response(self, finals: list[RequestOutput]) -> dict[str, Any]:
         choices, completion_tokens = [], 0
         for prompt_index, output in enumerate(finals):
@@ -84,7 +96,7 @@ class _View:
             for c in output.outputs:
                 completion_tokens += len(c.token_ids)
                 choices.append({"index": prompt_index * self.n + c.index, "text": prefix + c.text,
-                                "logprobs": self._logprobs(c.logprobs, len(prefix)),
+                                "logprobs": self._choice_logprobs(output, c.logprobs, len(prefix)),
                                 "finish_reason": c.finish_reason, "stop_reason": c.stop_reason})
         choices.sort(key=lambda choice: choice["index"])
         prompt_tokens = sum(len(o.prompt_token_ids) for o in finals)
@@ -102,9 +114,9 @@ class _View:
         return chunk
 
     def _echo_chunks(self, prompt_index: int, output: RequestOutput) -> list[str]:
-        text = self._prompt_text(prompt_index, output)
+        text, logprobs = self._prompt_text(prompt_index, output), self._echo_logprobs(output)
         return [sse.event(self._with_usage_field(self._envelope([
-            {"index": prompt_index * self.n + i, "text": text, "logprobs": None, "finish_reason": None}])))
+            {"index": prompt_index * self.n + i, "text": text, "logprobs": logprobs, "finish_reason": None}])))
             for i in range(self.n)]
 
     async def stream(self) -> AsyncIterator[str]:
@@ -114,7 +126,7 @@ class _View:
         try:
             async for output in self.submission.outputs():
                 prompt_index = self.submission.prompt_index(output)
-                if self.body.echo and prompt_index not in echoed:
+                if self.body.echo and prompt_index not in echoed and _prompt_logprobs_done(output):
                     echoed.add(prompt_index)
                     for chunk in self._echo_chunks(prompt_index, output):
                         yield chunk
@@ -130,3 +142,8 @@ class _View:
         finally:
             self.submission.abort_unfinished()
         yield sse.DONE
+
+
+def _prompt_logprobs_done(output: RequestOutput) -> bool:
+    """Whether the prompt's logprobs, where asked for, are all computed (an echo waits for them)."""
+    return output.prompt_logprobs is None or len(output.prompt_logprobs) == len(output.prompt_token_ids)

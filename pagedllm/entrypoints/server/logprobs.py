@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from pagedllm.engine.outputs import TokenLogprob
@@ -40,6 +41,17 @@ def completion_logprobs(entries: list[TokenLogprob], text_of: TokenText, offset:
         "token_logprobs": [finite(e.logprob) for e in entries],
         "top_logprobs": [_top_with_sampled(e, text_of) for e in entries],
         "text_offset": offsets,
+    }
+
+
+def prompt_logprobs(prompt_ids: list[int], entries: list[TokenLogprob | None], text_of: TokenText) -> dict[str, Any]:
+    """The echoed prompt's part of a /v1/completions logprobs object: its first token has no logprob (None)."""
+    tokens = [text_of(t) for t in prompt_ids]
+    return {
+        "tokens": tokens,
+        "token_logprobs": [None] + [finite(e.logprob) for e in entries[1:]],
+        "top_logprobs": [None] + [_top_with_sampled(e, text_of) for e in entries[1:]],
+        "text_offset": list(itertools.accumulate((len(t) for t in tokens[:-1]), initial=0)) if tokens else [],
     }
 
 

@@ -1,0 +1,50 @@
+"""Prompt logprobs (SamplingParams.prompt_logprobs): each prompt token's logprob under the model given the tokens
+before it, with the top-k alternatives there.
+
+The logits at position p give token p + 1, so a prompt of P tokens has P - 1 entries after a leading None (the
+first token has nothing before it). They come from the prefill chunks that compute positions 0..P-2: the runner
+returns those rows after the step's sampling rows (SeqInput.prompt_logits). Positions served by the prefix cache
+have no logits, so such a request takes from the cache only the positions it has entries for (after a preemption,
+what it computed before); a recomputed chunk adds only the entries it did not have.
+"""
+
+import torch
+
+from pagedllm.engine.outputs import TokenLogprob
+from pagedllm.engine.step import ScheduledSeq
+from pagedllm.engine.step_logits import StepLogits
+
+
+def prompt_rows(s: ScheduledSeq) -> range:
+    """Offsets into the step's new tokens of s whose logits give prompt entries it does not have yet."""
+    if not s.request.needs_prompt_logits:
+        return range(0)
+    first = max(s.num_cached, s.request.num_prompt_positions_done)
+    last = min(s.num_cached + s.num_new_tokens, len(s.request.prompt_token_ids) - 1)
+    return range(first - s.num_cached, last - s.num_cached) if first < last else range(0)
+
+
+def record_prompt_logprobs(scheduled: list[ScheduledSeq], rows: list[range], logits: StepLogits,
+                           first_row: int) -> None:
+    """Append to each request the entries of its prompt rows; they start at logits row first_row, in order."""
+    row = first_row
+    for s, offsets in zip(scheduled, rows):
+        if not offsets:
+            continue
+        request = s.request
+        positions = range(s.num_cached + offsets.start, s.num_cached + offsets.stop)
+        targets = request.prompt_token_ids[positions.start + 1 : positions.stop + 1]
+        full = logits.rows(list(range(row, row + len(offsets))))
+        request.prompt_logprobs.extend(token_logprobs(full, targets, request.params.prompt_logprobs))
+        row += len(offsets)
+
+
+def token_logprobs(logits: torch.Tensor, targets: list[int], k: int) -> list[TokenLogprob]:
+    """Per row of float32 logits [rows, vocab]: the target token's logprob and the top-k (raw log-softmax)."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    chosen = logprobs.gather(1, torch.tensor(targets, device=logprobs.device).unsqueeze(1)).squeeze(1).tolist()
+    top_values, top_ids = logprobs.topk(k, dim=-1) if k > 0 else (logprobs[:, :0], logprobs[:, :0].long())
+    return [
+        TokenLogprob(target, value, dict(zip(ids, values)))
+        for target, value, ids, values in zip(targets, chosen, top_ids.tolist(), top_values.tolist())
+    ]
