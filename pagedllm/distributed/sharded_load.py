@@ -15,9 +15,9 @@ def read_model_config(path: str | Path) -> ModelConfig:
     """The model's config alone (cheap for an HF directory; GGUF reads only its metadata)."""
     path = existing_model_path(path)
     if path.is_dir():
-        from pagedllm.model.hf_loader import read_config_json
+        from pagedllm.model.hf_loader import read_hf_config
 
-        return ModelConfig.from_hf_dict(read_config_json(path))
+        return read_hf_config(path)
     from pagedllm.model.config import config_from_gguf_metadata
     from pagedllm.model.gguf_loader import open_gguf, read_metadata
 
@@ -30,9 +30,9 @@ def load_shard(
     """This rank's model (local shapes, weights cast to `dtype` on `device`) and the full model's config."""
     path = existing_model_path(path)
     if path.is_dir():
-        from pagedllm.model.hf_loader import read_config_json
+        from pagedllm.model.hf_loader import read_hf_config
 
-        config = ModelConfig.from_hf_dict(read_config_json(path))
+        config = read_hf_config(path)
         check_shardable(config, shard.size)
         tensors = _read_hf_slices(path, config, shard)
     else:

@@ -27,6 +27,7 @@ from pagedllm.engine.text_stage import detokenize
 from pagedllm.errors import InvalidInputError
 from pagedllm.kv.block_table import blocks_needed
 from pagedllm.kv.manager import KVCacheManager
+from pagedllm.model.config import ModelConfig
 from pagedllm.model.dtype import describe_dtype, resolve_dtype
 from pagedllm.model.projection import describe_matmul
 from pagedllm.sampling_params import SamplingParams
@@ -36,10 +37,13 @@ logger = logging.getLogger("pagedllm")
 _MAX_DEFAULT_LEN = 8192
 
 
-def _max_model_len(wanted: int | None, model_len: int) -> int:
+def _max_model_len(wanted: int | None, model: ModelConfig) -> int:
     """The configured length, or the model's own (at most _MAX_DEFAULT_LEN); never past the model's."""
+    model_len = model.context_limit
     if wanted is not None and wanted > model_len:
-        raise InvalidInputError(f"max_model_len {wanted} exceeds the model's maximum context length {model_len}")
+        what = "maximum context length" if model_len == model.max_position_embeddings else (
+            "sliding attention window (pagedllm attends to the whole context, the same only within the window)")
+        raise InvalidInputError(f"max_model_len {wanted} exceeds the model's {what} {model_len}")
     return wanted or min(model_len, _MAX_DEFAULT_LEN)
 
 
@@ -78,7 +82,7 @@ class LLMEngine:
         config = self.config
         self.tokenizer = load_tokenizer(path)
         self.model_name = config.served_model_name or _model_name(path)
-        self.max_model_len = _max_model_len(config.max_model_len, self.model_config.max_position_embeddings)
+        self.max_model_len = _max_model_len(config.max_model_len, self.model_config)
         if config.tensor_parallel_size == 1:
             self.executor = LocalExecutor(self._build_runner())
         self.runner, self.model = self.executor.runner, self.executor.runner.model

@@ -42,6 +42,11 @@ class ModelConfig:
     max_position_embeddings: int = 2048
     tie_word_embeddings: bool = False
     attention_bias: bool = False
+    # The attention window of the layers that have one (None: every layer attends to its whole context), and the
+    # first such layer (Qwen2's max_window_layers; Mistral's are all). pagedllm attends to the whole context, which
+    # is the same while a sequence fits the window: the engine keeps max_model_len within it.
+    sliding_window: int | None = None
+    max_window_layers: int = 0
     bos_token_id: int | None = None
     eos_token_ids: list[int] = field(default_factory=list)
 
@@ -57,6 +62,17 @@ class ModelConfig:
             raise ModelLoadError(f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
         if self.head_dim <= 0 or self.head_dim % 2:
             raise ModelLoadError(f"head_dim must be positive and even, got {self.head_dim}")
+        if self.sliding_window is not None and self.sliding_window <= 0:
+            raise ModelLoadError(f"model config: sliding_window must be positive, got {self.sliding_window}")
+        if self.sliding_window is not None and not 0 <= self.max_window_layers < self.num_layers:
+            raise ModelLoadError(f"model config: max_window_layers {self.max_window_layers} leaves no layer its "
+                                 f"sliding window among {self.num_layers}")
+
+    @property
+    def context_limit(self) -> int:
+        """The longest sequence pagedllm runs this model for: its max_position_embeddings, and within a sliding
+        window where it has one (pagedllm's attention has no window)."""
+        return min(self.max_position_embeddings, self.sliding_window or self.max_position_embeddings)
 
     @property
     def eos_token_id(self) -> int | None:
@@ -71,7 +87,13 @@ class ModelConfig:
         read = _Reader(cfg, "config.json")
         if cfg.get("hidden_act", "silu") != "silu":
             raise ModelLoadError(f"config.json: unsupported hidden_act {cfg['hidden_act']!r}; supported: silu")
+        if read.bool("mlp_bias", False):
+            raise ModelLoadError("config.json: mlp_bias is not supported (the MLP's projections have no biases)")
+        if arch == "llama" and read.bool("attention_bias", False):
+            raise ModelLoadError("config.json: attention_bias is not supported for llama (its o_proj bias)")
         num_heads, hidden = read.int("num_attention_heads"), read.int("hidden_size")
+        num_layers = read.int("num_hidden_layers")
+        sliding_window, max_window_layers = _hf_sliding_window(cfg, arch, num_layers)
         rope = _hf_rope(cfg)
         rope_theta = _Reader(rope, "config.json rope parameters").float("rope_theta", read.float("rope_theta", 10000.0))
         return cls(
@@ -79,7 +101,7 @@ class ModelConfig:
             vocab_size=read.int("vocab_size"),
             hidden_size=hidden,
             intermediate_size=read.int("intermediate_size"),
-            num_layers=read.int("num_hidden_layers"),
+            num_layers=num_layers,
             num_heads=num_heads,
             num_kv_heads=read.int("num_key_value_heads", num_heads) or num_heads,
             head_dim=read.int("head_dim", hidden // max(num_heads, 1)),
@@ -89,6 +111,8 @@ class ModelConfig:
             max_position_embeddings=read.int("max_position_embeddings", 2048),
             tie_word_embeddings=read.bool("tie_word_embeddings", False),
             attention_bias=read.bool("attention_bias", SUPPORTED_ARCHITECTURES[arch]),
+            sliding_window=sliding_window,
+            max_window_layers=max_window_layers,
             bos_token_id=read.int("bos_token_id", None),
             eos_token_ids=read.int_list("eos_token_id"),
         )
@@ -123,6 +147,12 @@ class ModelConfig:
         }
         if self.architecture == "llama":
             out["attention_bias"] = self.attention_bias
+        if self.architecture == "mistral":
+            out["sliding_window"] = self.sliding_window  # null: none (absent, transformers would assume 4096)
+        if self.architecture == "qwen2":
+            out["use_sliding_window"] = self.sliding_window is not None
+            out["sliding_window"] = self.sliding_window
+            out["max_window_layers"] = self.max_window_layers if self.sliding_window is not None else self.num_layers
         return out
 
 
@@ -183,6 +213,35 @@ def _hf_architecture(cfg: dict[str, Any]) -> str:
     return model_type
 
 
+def _hf_sliding_window(cfg: dict[str, Any], arch: str, num_layers: int) -> tuple[int | None, int]:
+    """(window, first layer with it), as transformers reads them: `layer_types` where given, else Mistral's
+    `sliding_window` on every layer, Qwen2's on the layers from `max_window_layers` on when `use_sliding_window`."""
+    read = _Reader(cfg, "config.json")
+    layer_types = cfg.get("layer_types")
+    if arch == "llama":  # transformers' Llama has no sliding window
+        return None, 0
+    if layer_types is not None:
+        if not isinstance(layer_types, list) or len(layer_types) != num_layers:
+            raise ModelLoadError(f"config.json: layer_types must list the {num_layers} layers' kinds")
+        first = next((i for i, kind in enumerate(layer_types) if kind == "sliding_attention"), num_layers)
+        if any(kind not in ("full_attention", "sliding_attention") for kind in layer_types) or any(
+                kind != "sliding_attention" for kind in layer_types[first:]):
+            raise ModelLoadError(f"config.json: unsupported layer_types {layer_types} (supported: full attention "
+                                 "layers, then sliding window layers)")
+    elif arch == "mistral":
+        first = 0
+        if "sliding_window" not in cfg:
+            return 4096, 0  # transformers' MistralConfig default where the key is absent (null means none)
+    elif read.bool("use_sliding_window", False):  # qwen2
+        first = read.int("max_window_layers", 28)  # transformers' default
+    else:
+        first = num_layers
+    if first >= num_layers:
+        return None, 0
+    window = read.int("sliding_window", None)
+    return window, first if window is not None else 0
+
+
 def _hf_rope(cfg: dict[str, Any]) -> dict[str, Any]:
     """The rope settings: transformers v5's rope_parameters, else v4's rope_scaling (they must not disagree)."""
     given = {key: cfg[key] for key in ("rope_parameters", "rope_scaling") if cfg.get(key) is not None}
@@ -227,11 +286,13 @@ def config_from_gguf_metadata(meta: dict[str, Any]) -> ModelConfig:
         raise ModelLoadError(f"unsupported GGUF architecture {arch!r}; supported: {supported}")
 
     read = _Reader(meta, "GGUF metadata")
-    scaling = meta.get(f"{arch}.rope.scaling.type")
-    if scaling not in (None, "none"):
-        raise ModelLoadError(f"unsupported GGUF rope scaling {scaling!r}")
+    _check_gguf_rope(meta, arch)
     num_heads = read.int(f"{arch}.attention.head_count")
     hidden = read.int(f"{arch}.embedding_length")
+    head_dim = read.int(f"{arch}.attention.key_length", hidden // max(num_heads, 1))
+    if read.int(f"{arch}.rope.dimension_count", head_dim) != head_dim:
+        raise ModelLoadError(f"GGUF metadata: rotary over {meta[f'{arch}.rope.dimension_count']} of the head's "
+                             f"{head_dim} dimensions is not supported")
     return ModelConfig(
         architecture=arch,
         vocab_size=read.int(f"{arch}.vocab_size", len(meta.get("tokenizer.ggml.tokens") or [])),
@@ -240,12 +301,25 @@ def config_from_gguf_metadata(meta: dict[str, Any]) -> ModelConfig:
         num_layers=read.int(f"{arch}.block_count"),
         num_heads=num_heads,
         num_kv_heads=read.int(f"{arch}.attention.head_count_kv", num_heads),
-        head_dim=read.int(f"{arch}.attention.key_length", hidden // max(num_heads, 1)),
+        head_dim=head_dim,
         rms_norm_eps=read.float(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5),
         rope_theta=read.float(f"{arch}.rope.freq_base", 10000.0),
         max_position_embeddings=read.int(f"{arch}.context_length", 2048),
         tie_word_embeddings=False,  # the loader sets this when the file has no output.weight
         attention_bias=SUPPORTED_ARCHITECTURES[arch],
+        sliding_window=read.int(f"{arch}.attention.sliding_window", None),
         bos_token_id=read.int("tokenizer.ggml.bos_token_id", None),
         eos_token_ids=read.int_list("tokenizer.ggml.eos_token_id"),
     )
+
+
+def _check_gguf_rope(meta: dict[str, Any], arch: str) -> None:
+    """No rope scaling: llama.cpp takes a scaling factor without a type as linear scaling, which pagedllm has not."""
+    read = _Reader(meta, "GGUF metadata")
+    scaling = meta.get(f"{arch}.rope.scaling.type")
+    if scaling not in (None, "none"):
+        raise ModelLoadError(f"unsupported GGUF rope scaling {scaling!r}")
+    for key in (f"{arch}.rope.scaling.factor", f"{arch}.rope.scale_linear"):
+        factor = read.float(key, 1.0)
+        if scaling is None and factor not in (0.0, 1.0):  # llama.cpp reads 0 as "not set"
+            raise ModelLoadError(f"unsupported GGUF rope scaling: {key} = {factor} (linear scaling)")

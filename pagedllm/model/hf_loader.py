@@ -4,9 +4,11 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from pagedllm.checks import is_int
 from pagedllm.errors import ModelLoadError
 from pagedllm.model.config import ModelConfig
 
@@ -14,7 +16,7 @@ INDEX_NAME = "model.safetensors.index.json"
 
 
 def read_hf_dir(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
-    config = ModelConfig.from_hf_dict(read_config_json(path))
+    config = read_hf_config(path)
     state_dict: dict[str, torch.Tensor] = {}
     for shard in safetensors_files(path):
         tensors = _read_safetensors(shard)
@@ -24,10 +26,31 @@ def read_hf_dir(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     return config, state_dict
 
 
-def read_config_json(path: Path) -> dict:
-    config_path = path / "config.json"
+def read_hf_config(path: Path) -> ModelConfig:
+    """config.json's model, with the end-of-sequence ids of generation_config.json added (instruct models list
+    their turn-end tokens there, and transformers' generate stops at them)."""
+    config = ModelConfig.from_hf_dict(read_config_json(path))
+    if (path / "generation_config.json").is_file():
+        generation = read_config_json(path, "generation_config.json")
+        for token in _generation_eos(generation, path):
+            if token not in config.eos_token_ids:
+                config.eos_token_ids.append(token)
+    return config
+
+
+def _generation_eos(generation: Any, path: Path) -> list[int]:
+    value = generation.get("eos_token_id") if isinstance(generation, dict) else None
+    values = [] if value is None else value if isinstance(value, list) else [value]
+    if not all(is_int(v) and v >= 0 for v in values):
+        raise ModelLoadError(f"{path / 'generation_config.json'}: eos_token_id must be an integer or a list of "
+                             f"integers, got {value!r}")
+    return values
+
+
+def read_config_json(path: Path, name: str = "config.json") -> Any:
+    config_path = path / name
     if not config_path.is_file():
-        raise ModelLoadError(f"{path} has no config.json (expected a Hugging Face model directory)")
+        raise ModelLoadError(f"{path} has no {name} (expected a Hugging Face model directory)")
     try:
         return json.loads(config_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -1,5 +1,6 @@
 """load_model(path, dtype): a local HF directory or a GGUF file -> (LlamaForCausalLM, ModelConfig)."""
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -9,6 +10,8 @@ from pagedllm.errors import ModelLoadError
 from pagedllm.model.config import ModelConfig
 from pagedllm.model.llama import LlamaForCausalLM
 from pagedllm.model.stored_blocks import EMPTY_BLOCKS, StoredBlocks
+
+logger = logging.getLogger("pagedllm")
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16)
 # Keys some checkpoints carry that hold nothing we load (recomputed buffers).
@@ -55,7 +58,7 @@ def build_model(
         model = LlamaForCausalLM(config)
     expected = set(model.state_dict())
     if config.tie_word_embeddings:
-        state_dict.pop("lm_head.weight", None)
+        _drop_tied_head(state_dict, source)
         expected.discard("lm_head.weight")
     tensors = {k: v for k, v in state_dict.items() if not k.endswith(_IGNORED_SUFFIXES)}
     _check_names(expected, set(tensors), source)
@@ -68,6 +71,15 @@ def build_model(
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     return model.eval().requires_grad_(False).fuse_projections(blocks)
+
+
+def _drop_tied_head(state_dict: dict[str, torch.Tensor], source: Path | str) -> None:
+    """With tie_word_embeddings the head is the embedding matrix (as in vLLM); a stored head that differs is
+    dropped with a warning, since transformers would use it."""
+    stored, embeddings = state_dict.pop("lm_head.weight", None), state_dict.get("model.embed_tokens.weight")
+    if stored is not None and embeddings is not None and not torch.equal(stored, embeddings.to(stored.dtype)):
+        logger.warning("%s: tie_word_embeddings is set but the stored lm_head.weight differs from the embeddings; "
+                       "the embeddings are used as the head", source)
 
 
 def _check_names(expected: set[str], found: set[str], source: Path | str) -> None:

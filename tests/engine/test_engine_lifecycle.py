@@ -61,6 +61,30 @@ def test_a_max_model_len_past_the_models_own_is_refused(tiny_llama_dir):
     assert make_engine(tiny_llama_dir, max_model_len=512).max_model_len == 512
 
 
+def test_a_sliding_window_model_runs_within_its_window(tmp_path):
+    from tiny import save_tiny_dir
+
+    path = save_tiny_dir(tmp_path / "mistral", "mistral", sliding_window=48)
+    assert make_engine(path).max_model_len == 48  # within the window whole-context attention is the same
+    with pytest.raises(InvalidInputError, match="max_model_len 64 exceeds the model's sliding attention window"):
+        make_engine(path, max_model_len=64)
+
+
+def test_generation_config_end_tokens_stop_generation(tmp_path, tiny_llama_dir):
+    import json
+    import shutil
+
+    free = run_all(make_engine(tiny_llama_dir), [[5, 6, 7]], SamplingParams(max_tokens=8, temperature=0.0))[0]
+    stop_at = free.outputs[0].token_ids[3]
+    shutil.copytree(tiny_llama_dir, tmp_path / "m")
+    generation = json.loads((tmp_path / "m" / "generation_config.json").read_text())
+    (tmp_path / "m" / "generation_config.json").write_text(json.dumps({**generation, "eos_token_id": [2, stop_at]}))
+    out = run_all(make_engine(tmp_path / "m"), [[5, 6, 7]], SamplingParams(max_tokens=8, temperature=0.0))[0]
+    first = free.outputs[0].token_ids.index(stop_at)
+    assert out.outputs[0].token_ids == free.outputs[0].token_ids[: first + 1]
+    assert out.outputs[0].finish_reason == "stop"
+
+
 @pytest.mark.parametrize("min_tokens", [0, 2])
 def test_a_stop_token_id_outside_the_vocabulary_is_refused(tiny_llama_dir, min_tokens):
     engine = make_engine(tiny_llama_dir)

@@ -54,7 +54,12 @@ def test_round_trip_through_hf_dict():
      ({"eos_token_id": "2"}, "eos_token_id must be an integer"),
      ({"bos_token_id": "abc"}, "bos_token_id must be an integer"),
      ({"rope_scaling": {**LLAMA3, "factor": "8"}}, "factor must be a finite number"),
-     ({"model_type": ["llama"]}, "unsupported architecture")],
+     ({"model_type": ["llama"]}, "unsupported architecture"),
+     ({"mlp_bias": True}, "mlp_bias is not supported"), ({"attention_bias": True}, "attention_bias is not supported"),
+     ({"model_type": "mistral", "sliding_window": 0}, "sliding_window must be positive"),
+     ({"model_type": "qwen2", "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 8},
+      "unsupported layer_types"),
+     ({"model_type": "mistral", "layer_types": ["full_attention"]}, "must list the 2 layers")],
 )  # fmt: skip
 def test_invalid_configs(change, message):
     with pytest.raises(ModelLoadError, match=message):
@@ -70,6 +75,23 @@ def test_a_config_that_is_not_an_object_is_refused(value):
 def test_null_optional_fields_take_their_defaults():
     config = ModelConfig.from_hf_dict({**BASE, "head_dim": None, "num_key_value_heads": None, "rope_scaling": None})
     assert (config.head_dim, config.num_kv_heads, config.rope_scaling) == (16, 4, None)
+
+
+@pytest.mark.parametrize("fields,window,first", [
+    ({"model_type": "mistral", "sliding_window": 16}, 16, 0),
+    ({"model_type": "mistral"}, 4096, 0),  # transformers' MistralConfig default
+    ({"model_type": "mistral", "sliding_window": None}, None, 0),
+    ({"model_type": "qwen2", "sliding_window": 16}, None, 0),  # use_sliding_window is off by default
+    ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 16, "max_window_layers": 1}, 16, 1),
+    ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 16, "max_window_layers": 2}, None, 0),
+    ({"model_type": "qwen2", "layer_types": ["full_attention", "sliding_attention"], "sliding_window": 8}, 8, 1),
+    ({"layer_types": ["sliding_attention"] * 2, "sliding_window": 8}, None, 0),  # transformers' Llama has none
+])  # fmt: skip
+def test_sliding_windows_as_transformers_reads_them(fields, window, first):
+    config = ModelConfig.from_hf_dict({**BASE, **fields})
+    assert (config.sliding_window, config.max_window_layers) == (window, first)
+    assert config.context_limit == min(2048, window or 2048)
+    assert ModelConfig.from_hf_dict(config.to_hf_dict()) == config  # convert --to-hf keeps it
 
 
 def test_missing_key():
@@ -95,6 +117,8 @@ def test_from_gguf_metadata():
     ({"llama.rope.freq_base": 0.0}, "rope_theta must be positive"),
     ({"llama.attention.layer_norm_rms_epsilon": -1.0}, "rms_norm_eps must be positive"),
     ({"llama.context_length": 0}, "max_position_embeddings must be positive"),
+    ({"llama.rope.scaling.factor": 4.0}, "linear scaling"), ({"llama.rope.scale_linear": 2.0}, "linear scaling"),
+    ({"llama.rope.dimension_count": 32}, "rotary over 32 of the head's 64 dimensions"),
 ])  # fmt: skip
 def test_invalid_gguf_metadata(change, message):
     meta = {"general.architecture": "llama", "llama.block_count": 2, "llama.embedding_length": 576,

@@ -168,3 +168,20 @@ def test_an_index_naming_shards_outside_the_model_directory_is_refused(tmp_path,
     (tmp_path / "m" / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(ModelLoadError, match="outside the model directory"):
         load_model(tmp_path / "m")
+
+
+@pytest.mark.parametrize("head", ["differs", "equals"])
+def test_a_stored_head_of_a_tied_model_is_dropped_with_a_warning_where_it_differs(tmp_path, tiny_llama_dir, caplog,
+                                                                                  head):
+    def tied_with_head(tensors):
+        embeddings = tensors["model.embed_tokens.weight"]
+        tensors["lm_head.weight"] = embeddings + 1.0 if head == "differs" else embeddings.clone()
+        return {"model.safetensors": tensors}
+
+    path = _copy_with_weights(tiny_llama_dir, tmp_path / "m", tied_with_head)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": True}))
+    with caplog.at_level("WARNING", logger="pagedllm"):
+        model, _ = load_model(path)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert ("stored lm_head.weight differs from the embeddings" in caplog.text) == (head == "differs")
