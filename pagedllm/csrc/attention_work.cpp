@@ -54,7 +54,8 @@ std::vector<Tile> make_tiles(const PagedAttentionArgs& a, int64_t run, std::vect
 std::vector<SharedPrefix> find_shared_prefixes(const PagedAttentionArgs& a) {
   std::map<int64_t, std::vector<int64_t>> by_first_block;
   for (int64_t s = 0; s < a.num_seqs; ++s)
-    if (query_len(a, s) <= tokens_per_tile(a, kSharedMemberRows) && num_cached(a, s) >= kMinSharedKeys)
+    if (query_len(a, s) > 0 && query_len(a, s) <= tokens_per_tile(a, kSharedMemberRows) &&
+        num_cached(a, s) >= kMinSharedKeys)  // a sequence without rows has no tiles to share into
       by_first_block[table_of(a, s)[0]].push_back(s);
   std::vector<SharedPrefix> shared;
   for (auto& [block, seqs] : by_first_block) {

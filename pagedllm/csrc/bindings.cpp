@@ -73,7 +73,7 @@ void check_batch(const torch::Tensor& query, const torch::Tensor& kv_cache, cons
     const int64_t query_len = starts[s + 1] - starts[s];
     TORCH_CHECK_VALUE(query_len >= 0 && lens[s] >= query_len, "sequence ", s, ": ", query_len,
                 " new tokens but a context of ", lens[s]);
-    const int64_t used = (lens[s] + block_size - 1) / block_size;
+    const int64_t used = lens[s] / block_size + (lens[s] % block_size != 0);  // no overflow near INT64_MAX
     TORCH_CHECK_VALUE(used <= width, "sequence ", s, ": a block table of width ", width, " cannot hold ", lens[s],
                 " positions");
     for (int64_t b = 0; b < used; ++b)
@@ -103,7 +103,9 @@ PagedAttentionArgs attention_args(torch::Tensor out, const torch::Tensor& query,
   TORCH_CHECK(query.size(2) == kv_cache.size(4), "query and kv_cache head_dim differ");
   TORCH_CHECK(supports_head_dim(query.size(2)), "paged_attention supports head_dim 16, 32, 64 and 128, got ",
               query.size(2));
-  TORCH_CHECK(query.size(1) % kv_cache.size(1) == 0, "query heads must be a multiple of KV heads");
+  TORCH_CHECK(query.size(1) > 0 && kv_cache.size(1) > 0 && query.size(1) % kv_cache.size(1) == 0,
+              "query heads must be a positive multiple of KV heads");
+  TORCH_CHECK(kv_cache.size(3) > 0 && seq_lens.dim() == 1, "kv_cache needs a positive block size, seq_lens one dim");
   check_batch(query, kv_cache, block_tables, seq_lens, query_start_loc);
   return {query.data_ptr(), query.stride(0), kv_cache.data_ptr(), out.data_ptr(), block_tables.data_ptr<int64_t>(),
           block_tables.size(1), seq_lens.data_ptr<int64_t>(), query_start_loc.data_ptr<int64_t>(), seq_lens.size(0),
@@ -128,12 +130,13 @@ void paged_attention_op(torch::Tensor out, const torch::Tensor& query, const tor
 CacheShape cache_shape(const torch::Tensor& cache) {
   TORCH_CHECK(cache.is_contiguous() && cache.dim() == 5 && cache.size(0) == 2,
               "kv_cache must be a contiguous [2, kv_heads, blocks, block_size, head_dim] tensor");
+  TORCH_CHECK(cache.size(1) > 0 && cache.size(3) > 0, "kv_cache needs at least one KV head and a positive block size");
   return {cache.size(1), cache.size(2), cache.size(3), cache.size(4), static_cast<int64_t>(cache.element_size())};
 }
 
 CacheShape kv_write_shape(const torch::Tensor& key, const torch::Tensor& value, const torch::Tensor& kv_cache,
                           const torch::Tensor& slot_mapping) {
-  check_cpu(kv_cache, "kv_cache");
+  check_float(kv_cache, "kv_cache");
   check_heads(key, "key");
   check_heads(value, "value");
   check_index(slot_mapping, "slot_mapping");
@@ -144,8 +147,11 @@ CacheShape kv_write_shape(const torch::Tensor& key, const torch::Tensor& value, 
               "one slot per token is needed");
   TORCH_CHECK(key.size(1) == shape.num_kv_heads && key.size(2) == shape.head_dim && value.sizes() == key.sizes(),
               "key/value shape does not match kv_cache");
-  if (slot_mapping.numel() > 0)
-    TORCH_CHECK(index_range(slot_mapping).second < shape.num_blocks * shape.block_size, "slot out of range");
+  TORCH_CHECK(slot_mapping.dim() == 1, "slot_mapping must be 1-D");
+  if (slot_mapping.numel() > 0) {
+    const auto [low, high] = index_range(slot_mapping);
+    TORCH_CHECK(low >= -1 && high < shape.num_blocks * shape.block_size, "slot out of range (-1 skips a token)");
+  }
   return shape;
 }
 

@@ -320,6 +320,37 @@ def test_empty_batch() -> None:
     assert out.shape == (0, 4, 64)
 
 
+def test_a_sequence_without_new_tokens_beside_one_sharing_its_blocks() -> None:
+    """A row-less sequence (legal in the metadata) whose table starts with a decoding sequence's blocks: the
+    shared-prefix pass must not take it as a member (it has no tiles to add its share to)."""
+    torch.manual_seed(0)
+    cache = torch.randn(2, 1, 16, 16, 64)
+    tables, cached, new = [[0, 1, 2, 3, 4, 5, 6], [0, 1, 2, 3, 9], [10, 11, 12, 13, 14, 15]], [100, 79, 89], [0, 1, 1]
+    for order in ([0, 1, 2], [1, 2, 0]):
+        meta = AttentionMetadata.build([tables[i] for i in order], [cached[i] for i in order],
+                                       [new[i] for i in order], 16)  # fmt: skip
+        query = torch.randn(2, 4, 64)
+        ref = paged_attention(query, cache, meta, 0.125, impl="reference")
+        torch.testing.assert_close(compiled_attention(query, cache, meta, 0.125), ref, **F32_TOL)
+
+
+def test_a_context_length_near_the_integer_limit_raises() -> None:
+    batch = make_batch([(40, 1)], 4, 1, 16, head_dim=64)
+    batch.meta.seq_lens[0] = 2**63 - 1
+    with pytest.raises(ValueError, match="cannot hold 9223372036854775807"):
+        compiled_attention(batch.query, batch.kv_cache, batch.meta, batch.scale)
+
+
+def test_zero_heads_or_block_size_raise() -> None:
+    batch = make_batch([(10, 2)], 4, 2, 16, head_dim=64)
+    with pytest.raises(RuntimeError, match="positive multiple of KV heads"):
+        compiled_attention(batch.query[:, :0], batch.kv_cache, batch.meta, batch.scale)
+    with pytest.raises(RuntimeError, match="positive multiple of KV heads"):
+        compiled_attention(batch.query, batch.kv_cache[:, :0].contiguous(), batch.meta, batch.scale)
+    with pytest.raises(RuntimeError, match="positive block size"):
+        compiled_attention(batch.query, batch.kv_cache[:, :, :, :0].contiguous(), batch.meta, batch.scale)
+
+
 def test_block_id_past_the_pool_raises() -> None:
     batch = make_batch([(40, 1)], 4, 1, 16, head_dim=64)
     batch.meta.block_tables[0, 1] = batch.kv_cache.shape[2]

@@ -76,6 +76,15 @@ def test_write_kv_bad_arguments_raise() -> None:
         compiled_write_kv(key[:, :1], value[:, :1], cache, slots)
     with pytest.raises(RuntimeError, match="contiguous heads"):
         compiled_write_kv(key.transpose(0, 1), value.transpose(0, 1), cache, torch.tensor([0, 1]))
+    with pytest.raises(RuntimeError, match=r"slot out of range \(-1 skips"):
+        compiled_write_kv(key, value, cache, torch.tensor([0, -2, 2]))
+    with pytest.raises(RuntimeError, match="1-D"):
+        compiled_write_kv(key, value, cache, slots.view(3, 1))
+    with pytest.raises(RuntimeError, match="float32 or bfloat16"):
+        compiled_write_kv(key.double(), value.double(), cache.double(), slots)
+    with pytest.raises(RuntimeError, match="positive block size"):
+        compiled_write_kv(key, value, cache[:, :, :, :0].contiguous(), slots)
+    assert torch.equal(cache, noisy_cache(4, 16, torch.float32))
 
 
 def noisy_caches(num_layers: int, dtype: torch.dtype) -> list[torch.Tensor]:
