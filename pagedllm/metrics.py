@@ -42,8 +42,10 @@ GAUGES: dict[str, tuple[str, str]] = {
 }
 # name (exposed with a _total suffix) -> (help, EngineStats attribute); cumulative since start.
 COUNTERS: dict[str, tuple[str, str]] = {
-    "prefix_cache_queries_tokens": ("Prompt tokens looked up in the prefix cache.", "prefix_queries_tokens"),
-    "prefix_cache_hits_tokens": ("Prompt tokens served from the prefix cache.", "prefix_hits_tokens"),
+    "prefix_cache_queries_tokens": ("Prompt tokens looked up in the prefix cache (once per request).",
+                                    "prefix_queries_tokens"),
+    "prefix_cache_hits_tokens": ("Prompt tokens served from the prefix cache (at first admission).",
+                                 "prefix_hits_tokens"),
     "num_preemptions": ("Requests preempted for lack of KV blocks.", "num_preemptions"),
     "prompt_tokens": ("Prompt tokens computed (prefix cache hits excluded).", "prompt_tokens_total"),
     "generation_tokens": ("Tokens generated.", "generation_tokens_total"),

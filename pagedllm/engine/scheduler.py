@@ -203,7 +203,9 @@ class Scheduler:
             return None  # beams move together: wait for a step with room for all of them
         allocated: list[Admission] = []
         for p in plans:
-            if self.kv.allocate(p.seq.seq_id, p.seq.token_ids, p.num_new, p.prefix, request.extra_keys) is None:
+            first = not p.swapped and request.metrics.num_preemptions == 0  # its prompt's one counted lookup
+            if self.kv.allocate(p.seq.seq_id, p.seq.token_ids, p.num_new, p.prefix, request.extra_keys,
+                                count_lookup=first) is None:
                 for done in allocated:  # all or nothing: undo this request's admission (no K/V copied back yet)
                     self.kv.undo_admission(done.seq.seq_id, done.prefix.num_tokens if done.prefix else 0)
                 return None

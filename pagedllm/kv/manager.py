@@ -111,9 +111,12 @@ class KVCacheManager:
                 and self.pool.blocks[table.blocks[-1]].ref_cnt > 1)
 
     def allocate(self, seq_id: SeqId, token_ids: Sequence[int], num_new_tokens: int,
-                 prefix: PrefixHit | None = None, extra_keys: tuple = ()) -> Allocation | None:
+                 prefix: PrefixHit | None = None, extra_keys: tuple = (), count_lookup: bool = True
+                 ) -> Allocation | None:
         """Slots for the next num_new_tokens positions of seq_id, or None (nothing changed) if they do not fit
-        or the prefix hit went stale (a hit block was evicted since lookup_prefix: look up again)."""
+        or the prefix hit went stale (a hit block was evicted since lookup_prefix: look up again). A new
+        sequence's lookup counts in the prefix cache's queries and hits where count_lookup (the engine counts a
+        request's first admission only, not its swap-ins or readmissions)."""
         self._check_count(num_new_tokens)
         seq = self._seqs.get(seq_id)
         start = seq.table.num_tokens if seq is not None else self._check_prefix(prefix).num_tokens
@@ -126,19 +129,21 @@ class KVCacheManager:
         if self._blocks_to_take(seq_id, num_new_tokens, prefix) > self.pool.num_free_blocks:
             return None
         if seq is None:
-            return self._allocate_new(seq_id, token_ids, num_new_tokens, prefix, extra_keys)
+            counted = (len(token_ids), self._check_prefix(prefix).num_tokens)
+            return self._allocate_new(seq_id, token_ids, num_new_tokens, prefix, extra_keys,
+                                      counted if count_lookup and self.enable_prefix_caching else (0, 0))
         return self._extend(seq, token_ids, num_new_tokens)
 
     def _allocate_new(self, seq_id: SeqId, token_ids: Sequence[int], num_new_tokens: int,
-                      prefix: PrefixHit | None, extra_keys: tuple) -> Allocation:
+                      prefix: PrefixHit | None, extra_keys: tuple, counted: tuple[int, int]) -> Allocation:
         prefix = self._check_prefix(prefix)
         hit_blocks = [self.pool.blocks[b] for b in prefix.blocks]
         self.pool.touch(hit_blocks)  # before popping new blocks, so the hit cannot be evicted by them
         seq = _Seq(BlockTable(self.block_size, list(prefix.blocks), prefix.num_tokens),
-                   [b.block_hash for b in hit_blocks], tuple(extra_keys), (len(token_ids), prefix.num_tokens))
+                   [b.block_hash for b in hit_blocks], tuple(extra_keys), counted)
         self._seqs[seq_id] = seq
-        self._queries_tokens += len(token_ids)
-        self._hits_tokens += prefix.num_tokens
+        self._queries_tokens += counted[0]
+        self._hits_tokens += counted[1]
         return self._extend(seq, token_ids, num_new_tokens)
 
     def _extend(self, seq: _Seq, token_ids: Sequence[int], num_new_tokens: int) -> Allocation:

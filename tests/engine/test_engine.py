@@ -116,6 +116,19 @@ def test_a_readmitted_prompt_does_not_count_its_own_earlier_blocks_as_cached(tin
     assert outputs["v"].metrics.num_cached_prompt_tokens == 0  # what the cache held when it first came in
 
 
+@pytest.mark.parametrize("mode,caching", [("recompute", True), ("swap", True), ("recompute", False)])
+def test_prefix_counters_count_each_prompt_once_through_preemptions(tiny_llama_dir, mode, caching):
+    shared = random_prompts(1, seed=21, low=16, high=16)[0]
+    prompts = [shared + p for p in random_prompts(6, seed=22, low=5, high=30)]
+    engine = make_engine(tiny_llama_dir, num_blocks=24, preemption_mode=mode, enable_prefix_caching=caching)
+    outputs = run_all(engine, prompts, SamplingParams(max_tokens=20, **GREEDY))
+    stats = engine.stats()
+    assert stats.num_preemptions > 0, "the pool was meant to preempt"
+    queried = sum(map(len, prompts)) if caching else 0  # swap-ins and readmissions look nothing up anew
+    assert (stats.prefix_queries_tokens, stats.prefix_hits_tokens) == (
+        queried, sum(o.metrics.num_cached_prompt_tokens for o in outputs))
+
+
 def test_cache_salt_keeps_tenants_apart(tiny_llama_dir):
     engine = make_engine(tiny_llama_dir)
     prompt = random_prompts(1, seed=5, low=40, high=40)[0]
@@ -308,19 +321,21 @@ def test_an_admission_undone_does_not_count_as_a_prefix_lookup(tiny_llama_dir):
     """A request whose sequences do not all fit is undone and admitted again in a later step; the prefix cache's
     counters hold the admissions that stayed, not every attempt."""
     engine = make_engine(tiny_llama_dir, num_blocks=8, block_size=16, max_num_batched_tokens=16)
-    kv, kept, undone = engine.kv, [], []
+    kv, kept, undone, latest = engine.kv, [], [], {}
     allocate, undo = kv.allocate, kv.undo_admission
 
-    def spy_allocate(seq_id, token_ids, num_new, prefix=None, extra_keys=()):
+    def spy_allocate(seq_id, token_ids, num_new, prefix=None, extra_keys=(), count_lookup=True):
         new = not kv.has_seq(seq_id)
-        result = allocate(seq_id, token_ids, num_new, prefix, extra_keys)
-        if new and result is not None:
-            kept.append((seq_id, len(token_ids), prefix.num_tokens if prefix else 0))
+        result = allocate(seq_id, token_ids, num_new, prefix, extra_keys, count_lookup)
+        if new and result is not None:  # a counted lookup, or None for a readmission's (not counted)
+            latest[seq_id] = (seq_id, len(token_ids), prefix.num_tokens if prefix else 0) if count_lookup else None
+            kept.extend([latest[seq_id]] if count_lookup else [])
         return result
 
     def spy_undo(seq_id, num_computed):
-        undone.append(next(k for k in reversed(kept) if k[0] == seq_id))
-        kept.remove(undone[-1])
+        undone.append(latest.pop(seq_id))
+        if undone[-1] is not None:
+            kept.remove(undone[-1])
         undo(seq_id, num_computed)
 
     kv.allocate, kv.undo_admission = spy_allocate, spy_undo
