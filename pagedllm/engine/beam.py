@@ -47,6 +47,7 @@ class BeamStep:
     freed: list[int] = field(default_factory=list)
     live: list[Beam] = field(default_factory=list)
     done: bool = False
+    num_finished: int = 0  # beams that ended with this step's token (each became a hypothesis, kept or not)
 
 
 class BeamSearch:
@@ -91,14 +92,16 @@ class BeamSearch:
         new_len = len(self.live[0].token_ids) + 1
         at_max = new_len >= self.max_tokens
         hits = [at_max or t in self.stop_ids for t in cands.token_ids]
-        self._add_hypotheses(cands, hits, new_len)
+        num_finished = self._add_hypotheses(cands, hits, new_len)
         running = [j for j, hit in enumerate(hits) if not hit][: self.width]
         self.done = at_max or not running or self._should_stop(cands.cum_logprobs[running[0]], new_len)
         if self.done:
             step = BeamStep(freed=[b.beam_id for b in self.live], done=True)
             self.live = []
-            return step
-        return self._continue(cands, running)
+        else:
+            step = self._continue(cands, running)
+        step.num_finished = num_finished
+        return step
 
     def best(self) -> list[Hypothesis]:
         """The n best hypotheses, best first (live beams fill in if the search was cut short)."""
@@ -111,11 +114,11 @@ class BeamSearch:
     def _score(self, cum_logprob: float, length: int) -> float:
         return cum_logprob / max(length, 1) ** self.length_penalty
 
-    def _add_hypotheses(self, cands: BeamCandidates, hits: list[bool], new_len: int) -> None:
-        # Only the top `width` candidates may finish; the rest are spares that keep W beams alive.
-        for j in range(min(self.width, len(hits))):
-            if not hits[j]:
-                continue
+    def _add_hypotheses(self, cands: BeamCandidates, hits: list[bool], new_len: int) -> int:
+        """How many finished. Only the top `width` candidates may finish; the rest are spares that keep W beams
+        alive."""
+        finishing = [j for j in range(min(self.width, len(hits))) if hits[j]]
+        for j in finishing:
             token = cands.token_ids[j]
             tokens = self.live[cands.parents[j]].token_ids + [token]
             reason = "stop" if token in self.stop_ids else "length"
@@ -123,6 +126,7 @@ class BeamSearch:
             self.hypotheses.append(Hypothesis(tokens, cands.cum_logprobs[j], score, reason))
         self.hypotheses.sort(key=lambda h: h.score, reverse=True)  # stable: older first on ties
         del self.hypotheses[self.width :]
+        return len(finishing)
 
     def _should_stop(self, best_running: float, new_len: int) -> bool:
         if len(self.hypotheses) < self.width:

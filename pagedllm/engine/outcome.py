@@ -35,4 +35,5 @@ class StepOutcome:
 
     @property
     def num_generated(self) -> int:
-        return len(self.tokens) + sum(len(b.step.live) for b in self.beams)
+        """Tokens this step added: sampled ones, and each beam's (those that go on and those that ended)."""
+        return len(self.tokens) + sum(len(b.step.live) + b.step.num_finished for b in self.beams)

@@ -193,3 +193,12 @@ def test_outputs_carry_each_steps_additions_once(tiny_llama_dir):
     assert final.finished and len(outputs) == max(len(c.token_ids) for c in final.outputs)
     assert text == [c.text for c in final.outputs] and ids == [c.token_ids for c in final.outputs]
     assert logprobs == [c.logprobs for c in final.outputs]
+
+
+@pytest.mark.parametrize("width,n,max_tokens", [(1, 1, 4), (3, 2, 6), (4, 4, 1)])
+def test_beam_search_counts_every_beams_tokens_as_generated(tiny_llama_dir, width, n, max_tokens):
+    engine = make_engine(tiny_llama_dir)
+    params = SamplingParams(use_beam_search=True, beam_width=width, n=n, max_tokens=max_tokens, **GREEDY)
+    run_all(engine, [[5, 6, 7, 8]], params)
+    # every step extends `width` beams (one from the prompt in the first), each by one token, to max_tokens
+    assert engine.stats().generation_tokens_total == width * max_tokens
