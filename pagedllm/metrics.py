@@ -84,8 +84,8 @@ class ServerMetrics:
         self.registry.register(self._stats)
         labels = ["model_name"]
         reg = self.registry
-        self.request_success = Counter(PREFIX + "request_success", "Requests finished, by finish reason.",
-                                       labels + ["finished_reason"], registry=reg)
+        self.request_success = Counter(PREFIX + "request_success", "Completions finished (n per request), by "
+                                       "finish reason.", labels + ["finished_reason"], registry=reg)
         self.time_to_first_token = Histogram(
             PREFIX + "time_to_first_token_seconds", "Arrival to first output token.", labels,
             buckets=_LATENCY_BUCKETS, registry=reg)
@@ -103,8 +103,8 @@ class ServerMetrics:
         self._stats.set(stats)
 
     def observe_finished(self, output: RequestOutput) -> None:
-        reasons = {c.finish_reason or "abort" for c in output.outputs} or {"abort"}
-        for reason in reasons:
+        reasons = [c.finish_reason or "abort" for c in output.outputs] or ["abort"]
+        for reason in reasons:  # one per completion, as vLLM counts them
             self.request_success.labels(self.model_name, reason).inc()
         self.observe_metrics(output.metrics)
 

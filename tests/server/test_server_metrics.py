@@ -47,6 +47,11 @@ def test_counters_move_as_requests_run(server: RunningServer) -> None:
                       "time_per_output_token_seconds"):
         assert grew(f"pagedllm_{histogram}_count", 3 if histogram != "time_per_output_token_seconds" else 1)
     assert after["pagedllm_kv_blocks_total"] == server.stats().num_blocks
+    with httpx.Client(base_url=server.base_url, timeout=30) as client:  # one request, three completions
+        body = {"prompt": "three", "n": 3, "max_tokens": 4, "temperature": 1.0, "seed": 3}
+        assert client.post("/v1/completions", json=body).status_code == 200
+    server.wait_idle()
+    assert scrape(server)["pagedllm_request_success_total"] - after["pagedllm_request_success_total"] == 3
     assert after["pagedllm_num_requests_running"] == 0 and after["pagedllm_kv_blocks_used"] == 0
 
 
