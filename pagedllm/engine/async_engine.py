@@ -179,6 +179,7 @@ class AsyncEngine:
         """Queue (request id, prompt) pairs in one command, so that they join the same step: all of them, or
         none where the engine rejects one (its InvalidInputError is raised)."""
         pending = [len(requests)]  # counted until the command runs or the caller stops waiting for it
+        arrival = time.time()  # now, not when the engine thread takes the command (after its current step)
 
         def no_longer_pending() -> None:
             with self._cond:
@@ -190,7 +191,7 @@ class AsyncEngine:
             added: list[str] = []
             try:
                 for request_id, prompt in requests:
-                    engine.add_request(request_id, prompt, params, cache_salt=cache_salt)
+                    engine.add_request(request_id, prompt, params, arrival_time=arrival, cache_salt=cache_salt)
                     added.append(request_id)
             except BaseException:
                 for request_id in added:

@@ -193,3 +193,22 @@ def test_a_submission_admits_its_prompts_in_one_step() -> None:
             await engine.stop()
 
     assert run(main()) <= 2 * 20  # at most a step or two of all 20 by the time add() returned
+
+
+def test_arrival_is_when_the_request_is_handed_over_not_when_the_step_ends() -> None:
+    fake = FakeEngine(fake_config(), step_delay=0.3)  # a long step: a request handed over meanwhile waits for it
+
+    async def main() -> tuple[float, float]:
+        engine = AsyncEngine(fake)
+        engine.start()
+        first = OutputStream()
+        await engine.add_request("a", "hello", SamplingParams(max_tokens=3, ignore_eos=True), first)
+        await asyncio.sleep(0.05)  # inside a step now
+        second, handed_over = OutputStream(), time.time()
+        await engine.add_request("b", "hello", SamplingParams(max_tokens=1, ignore_eos=True), second)
+        outputs = [o async for o in second]
+        await engine.stop()
+        return handed_over, outputs[-1].metrics.arrival_time
+
+    handed_over, arrival = run(main())
+    assert handed_over <= arrival < handed_over + 0.1
