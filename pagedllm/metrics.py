@@ -39,6 +39,8 @@ GAUGES: dict[str, tuple[str, str]] = {
     "num_seqs_running_peak": ("Most sequences running in one engine step since start.", "running_seqs_peak"),
     "num_seqs_running_mean": ("Sequences running per engine step, mean over the steps that ran any.",
                               "running_seqs_mean"),
+    "kv_slots_reserved": ("allocator=contiguous: token slots held by max-length reservations (0 when paged).",
+                          "slots_reserved"),
 }
 # name (exposed with a _total suffix) -> (help, EngineStats attribute); cumulative since start.
 COUNTERS: dict[str, tuple[str, str]] = {

@@ -243,6 +243,7 @@ class LLMEngine:
             num_waiting=len(self.scheduler.waiting),
             prompt_tokens_total=self.prompt_tokens_total,
             generation_tokens_total=self.generation_tokens_total,
+            slots_reserved=self.scheduler.num_reserved_slots,
         )
 
     def kv_snapshot(self) -> dict:

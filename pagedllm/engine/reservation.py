@@ -34,6 +34,10 @@ class ContiguousReservations:
             runs.append(key)
         return True
 
+    @property
+    def num_reserved_slots(self) -> int:
+        return self.allocator.num_slots - self.allocator.num_free_slots
+
     def release(self, request: Request) -> None:
         for key in self._runs.pop(request.request_id, []):
             self.allocator.free(key)

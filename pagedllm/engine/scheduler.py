@@ -192,6 +192,11 @@ class Scheduler:
                 request.metrics.first_scheduled_time = time.time()
             budget -= taken
 
+    @property
+    def num_reserved_slots(self) -> int:
+        """allocator="contiguous": the slots its reservations hold; 0 when paged."""
+        return 0 if self.reservations is None else self.reservations.num_reserved_slots
+
     def _num_running_seqs(self) -> int:
         return sum(_seq_demand(r) for r in self.running)
 

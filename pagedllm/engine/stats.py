@@ -23,3 +23,4 @@ class EngineStats:
     running_seqs_peak: int = 0  # most sequences running in one step so far
     running_seqs_mean: float = 0.0  # sequences running per step, mean over the steps that ran any
     running_seqs_last: int = 0  # sequences running in the latest step
+    slots_reserved: int = 0  # allocator="contiguous": slots its max-length reservations hold (0 when paged)

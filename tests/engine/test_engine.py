@@ -253,10 +253,11 @@ def test_contiguous_reservation_admits_fewer_but_gives_the_same_tokens(tiny_llam
     # 64 blocks x 4 slots = 256 slots = four 64-slot reservations; paged admits all eight
     assert len(contiguous.scheduler.running) == 4
     assert len(paged.scheduler.running) == 8
+    assert (contiguous.stats().slots_reserved, paged.stats().slots_reserved) == (256, 0)  # the whole pool held
     fresh = make_engine(tiny_llama_dir, allocator="contiguous", **small)
     again = make_engine(tiny_llama_dir, **small)
     assert tokens(run_all(fresh, prompts, params)) == tokens(run_all(again, prompts, params))
-    assert not fresh.scheduler.reservations.allocator.reservations()
+    assert not fresh.scheduler.reservations.allocator.reservations() and fresh.stats().slots_reserved == 0
 
 
 def test_warm_up_leaves_the_engine_as_new(tiny_llama_dir):
