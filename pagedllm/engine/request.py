@@ -78,6 +78,11 @@ class Request:
         return self.params.beam_width if self.params.use_beam_search else self.params.n
 
     @property
+    def never_preempted(self) -> bool:
+        """Its admission, if any, is its first: what the prefix cache gives it now is counted as its hit."""
+        return self.metrics.num_preemptions == 0
+
+    @property
     def needs_prompt_logits(self) -> bool:
         """Whether prompt logprobs were asked for and some are still to be computed."""
         return self.prompt_logprobs is not None and len(self.prompt_logprobs) < len(self.prompt_token_ids)

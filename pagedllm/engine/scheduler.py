@@ -208,9 +208,8 @@ class Scheduler:
             return None  # beams move together: wait for a step with room for all of them
         allocated: list[Admission] = []
         for p in plans:
-            first = not p.swapped and request.metrics.num_preemptions == 0  # its prompt's one counted lookup
             if self.kv.allocate(p.seq.seq_id, p.seq.token_ids, p.num_new, p.prefix, request.extra_keys,
-                                count_lookup=first) is None:
+                                count_lookup=request.never_preempted) is None:
                 for done in allocated:  # all or nothing: undo this request's admission (no K/V copied back yet)
                     self.kv.undo_admission(done.seq.seq_id, done.prefix.num_tokens if done.prefix else 0)
                 return None
@@ -250,8 +249,8 @@ class Scheduler:
             self.swap.restore(seq.seq_id, self.kv.block_table(seq.seq_id))
             return  # its pending tokens are scheduled from the next step on
         seq.num_computed = plan.prefix.num_tokens
-        if seq.num_prompt_tokens == len(seq.token_ids) and request.metrics.num_preemptions == 0:
-            # The first admission's hit only: a readmission would count the request's own earlier blocks.
+        if seq.num_prompt_tokens == len(seq.token_ids) and request.never_preempted:
+            # a readmission's hit would count the request's own earlier blocks
             request.metrics.num_cached_prompt_tokens = plan.prefix.num_tokens
         out.scheduled.append(ScheduledSeq(seq, request, plan.num_new))
 
