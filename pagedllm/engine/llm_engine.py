@@ -350,8 +350,12 @@ def _model_name(path: str) -> str:
 
 
 def _eos_ids(model_config, tokenizer) -> set[int]:
-    """Every id that ends generation: the model's end tokens (Llama 3 has several) and the tokenizer's."""
+    """Every id that ends generation: the model's end tokens (Llama 3 has several) and the tokenizer's; one the
+    model cannot produce (outside its vocabulary) is left out, as masking it for min_tokens would fail."""
     ids = set(model_config.eos_token_ids)
     if tokenizer.eos_token_id is not None:
         ids.add(tokenizer.eos_token_id)
-    return ids
+    if outside := sorted(i for i in ids if not 0 <= i < model_config.vocab_size):
+        logger.warning("end-of-sequence ids %s are outside the vocabulary of %d; ignored", outside,
+                       model_config.vocab_size)
+    return {i for i in ids if 0 <= i < model_config.vocab_size}

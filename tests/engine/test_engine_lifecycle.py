@@ -78,8 +78,11 @@ def test_generation_config_end_tokens_stop_generation(tmp_path, tiny_llama_dir):
     stop_at = free.outputs[0].token_ids[3]
     shutil.copytree(tiny_llama_dir, tmp_path / "m")
     generation = json.loads((tmp_path / "m" / "generation_config.json").read_text())
-    (tmp_path / "m" / "generation_config.json").write_text(json.dumps({**generation, "eos_token_id": [2, stop_at]}))
-    out = run_all(make_engine(tmp_path / "m"), [[5, 6, 7]], SamplingParams(max_tokens=8, temperature=0.0))[0]
+    # 9999 lies outside the vocabulary: it could never end a sequence, and masking it for min_tokens would fail
+    (tmp_path / "m" / "generation_config.json").write_text(json.dumps({**generation, "eos_token_id": [2, stop_at,
+                                                                                                      9999]}))
+    out = run_all(make_engine(tmp_path / "m"), [[5, 6, 7]], SamplingParams(max_tokens=8, temperature=0.0,
+                                                                           min_tokens=1))[0]
     first = free.outputs[0].token_ids.index(stop_at)
     assert out.outputs[0].token_ids == free.outputs[0].token_ids[: first + 1]
     assert out.outputs[0].finish_reason == "stop"
