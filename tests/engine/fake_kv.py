@@ -18,7 +18,8 @@ class FakeKV:
     def lookup_prefix(self, token_ids, extra_keys=()) -> PrefixHit:
         return PrefixHit([], 0)
 
-    def allocate(self, seq_id, token_ids, num_new_tokens, prefix=None, extra_keys=()) -> Allocation | None:
+    def allocate(self, seq_id, token_ids, num_new_tokens, prefix=None, extra_keys=(),
+                 count_lookup=True) -> Allocation | None:
         table = self.tables.get(seq_id, [])
         have = self.tokens.get(seq_id, 0)
         cow = bool(table) and have % self.block_size != 0 and self.refs[table[-1]] > 1
