@@ -8,6 +8,7 @@ from pagedllm.checks import is_int
 from pagedllm.errors import InvalidInputError
 
 MAX_LOGPROBS = 20
+MAX_LOGIT_BIAS = 100  # as OpenAI bounds it
 # Temperature divides float32 logits: outside these bounds (0 apart) the quotient overflows or underflows.
 MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-6, 1e6
 MAX_TOP_K = 2**31 - 1  # larger is "every token" anyway; the sampler keeps top_k in 64-bit tensors
@@ -41,6 +42,7 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
+    logit_bias: dict[int, float] | None = None  # token id -> added to its logit before sampling, -100..100
     use_beam_search: bool = False
     beam_width: int | None = None  # defaults to n with beam search
     length_penalty: float = 1.0
@@ -53,6 +55,7 @@ class SamplingParams:
         self._check_counts()
         self._check_sampling()
         self._check_penalties()
+        self._check_logit_bias()
         self._check_stops()
         self._check_beam()
 
@@ -64,6 +67,10 @@ class SamplingParams:
     @property
     def top_k_enabled(self) -> bool:
         return self.top_k > 0
+
+    @property
+    def has_logit_bias(self) -> bool:
+        return bool(self.logit_bias)
 
     @property
     def has_penalties(self) -> bool:
@@ -138,6 +145,14 @@ class SamplingParams:
         _check(self.repetition_penalty > 0.0, "repetition_penalty", "must be > 0",
                self.repetition_penalty)
 
+    def _check_logit_bias(self) -> None:
+        bias = self.logit_bias
+        _check(bias is None or isinstance(bias, dict), "logit_bias", "must map token ids to numbers", bias)
+        for token, value in (bias or {}).items():
+            _check(is_int(token) and token >= 0, "logit_bias", "keys must be token ids (integers >= 0)", token)
+            _check((is_int(value) or isinstance(value, float)) and -MAX_LOGIT_BIAS <= value <= MAX_LOGIT_BIAS,
+                   "logit_bias", f"values must be numbers in [-{MAX_LOGIT_BIAS}, {MAX_LOGIT_BIAS}]", value)
+
     def _check_stops(self) -> None:
         for s in self.stop:
             _check(isinstance(s, str) and s != "", "stop", "must contain non-empty strings", s)
@@ -170,6 +185,7 @@ class SamplingParams:
         # what the search does not apply is refused, not ignored
         _check(not self.stop, "stop", "(stop strings) is not supported with use_beam_search", self.stop)
         _check(self.logprobs is None, "logprobs", "is not supported with use_beam_search", self.logprobs)
+        _check(not self.has_logit_bias, "logit_bias", "is not supported with use_beam_search", self.logit_bias)
         _check(not self.has_penalties, "presence_penalty/frequency_penalty/repetition_penalty",
                "must be off (0 / 0 / 1.0) with use_beam_search",
                (self.presence_penalty, self.frequency_penalty, self.repetition_penalty))

@@ -194,8 +194,9 @@ class LLMEngine:
     ) -> Request:
         width = params.beam_width if params.use_beam_search else params.n
         vocab = self.model_config.vocab_size
-        if outside := [t for t in params.stop_token_ids if t >= vocab]:
-            raise InvalidInputError(f"stop_token_ids must be below the vocabulary size {vocab}; got {outside[:3]}")
+        for name, ids in (("stop_token_ids", params.stop_token_ids), ("logit_bias", params.logit_bias or {})):
+            if outside := [t for t in ids if t >= vocab]:
+                raise InvalidInputError(f"{name} must name tokens below the vocabulary size {vocab}; got {outside[:3]}")
         return Request(
             request_id=request_id,
             prompt=prompt,

@@ -1,6 +1,6 @@
 """Sampler: turns one step's logits into one token per row (plus beam-search candidates).
 
-Order per row: penalties -> min_tokens masking -> (greedy argmax) or
+Order per row: logit bias -> penalties -> min_tokens masking -> (greedy argmax) or
 temperature -> top-k -> top-p -> min-p -> inverse-CDF draw.
 
 Logprobs (the chosen token's and the top-k alternatives) come from the
@@ -70,7 +70,7 @@ def sample(logits: torch.Tensor, rows: list[SamplingRow], eos_token_ids: set[int
     raw = logits = logits.float()
     log_z, picks = _log_normaliser(raw)  # [N, 1]: raw logprob = raw logit - log_z
     if any(changes_logits(r) for r in rows):
-        logits = apply_penalties(logits.clone(), rows)
+        logits = apply_penalties(apply_logit_bias(logits.clone(), rows), rows)
         mask_stop_tokens(logits, rows, eos_token_ids)
         picks = None  # the raw logits' argmax no longer holds
     tokens = torch.empty(len(rows), dtype=torch.long, device=logits.device)
@@ -102,8 +102,19 @@ def _log_normaliser(raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | Non
 
 
 def changes_logits(row: SamplingRow) -> bool:
-    """Whether the row's logits are changed before its pick: penalties, or stop tokens masked (min_tokens)."""
-    return row.params.has_penalties or len(row.output_ids) < row.params.min_tokens
+    """Whether the row's logits are changed before its pick: a logit bias, penalties, or stop tokens masked
+    (min_tokens)."""
+    return row.params.has_logit_bias or row.params.has_penalties or len(row.output_ids) < row.params.min_tokens
+
+
+def apply_logit_bias(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
+    """Each row's logit_bias added to its tokens' logits, in place (one copy of every row's ids and values)."""
+    entries = [(i, token, value) for i, r in enumerate(rows) if r.params.has_logit_bias
+               for token, value in r.params.logit_bias.items()]  # fmt: skip
+    if entries:  # float64 holds the ids exactly
+        table = to_device(torch.tensor(entries, dtype=torch.float64), logits.device, "sampling params")
+        logits.index_put_((table[:, 0].long(), table[:, 1].long()), table[:, 2].to(logits.dtype), accumulate=True)
+    return logits
 
 
 def apply_penalties(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:

@@ -63,22 +63,25 @@ class _SamplingFields(_Body):
         if self.stream_options is not None and not self.stream:
             raise InvalidInputError("stream_options is only allowed when stream is true")
 
-    def _check_unsupported(self) -> None:
-        # Refused rather than ignored: silently dropping them would change what the caller gets.
-        if self.logit_bias:
-            raise InvalidInputError("logit_bias is not supported")
-
     def _sampling_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "n": self.n, "seed": self.seed, "stop": self.stop or [], "min_tokens": self.min_tokens,
             "stop_token_ids": self.stop_token_ids or [], "ignore_eos": self.ignore_eos,
             "skip_special_tokens": self.skip_special_tokens,
-            "include_stop_str_in_output": self.include_stop_str_in_output,
+            "include_stop_str_in_output": self.include_stop_str_in_output, "logit_bias": self._logit_bias(),
         }
         optional = ("temperature", "top_p", "top_k", "min_p", "presence_penalty",
                     "frequency_penalty", "repetition_penalty")
         kwargs.update({k: getattr(self, k) for k in optional if getattr(self, k) is not None})
         return kwargs
+
+    def _logit_bias(self) -> dict[int, float] | None:
+        """OpenAI's {"token id": bias} with the ids as strings -> {id: bias}."""
+        if not self.logit_bias:
+            return None
+        if bad := [key for key in self.logit_bias if not (key.isascii() and key.isdigit())]:
+            raise InvalidInputError(f"logit_bias keys must be token ids (integers as strings), got {bad[:3]}")
+        return {int(key): value for key, value in self.logit_bias.items()}
 
 
 class CompletionRequest(_SamplingFields):
@@ -103,7 +106,6 @@ class CompletionRequest(_SamplingFields):
         return list(p)
 
     def to_sampling_params(self) -> SamplingParams:
-        self._check_unsupported()
         if self.suffix:
             raise InvalidInputError("suffix is not supported")
         if self.best_of is not None and self.best_of != self.n:
@@ -150,7 +152,6 @@ class ChatCompletionRequest(_SamplingFields):
     response_format: dict[str, Any] | None = None
 
     def to_sampling_params(self) -> SamplingParams:
-        self._check_unsupported()
         if self.tools or self.functions:
             raise InvalidInputError(f"{'tools' if self.tools else 'functions'} (function calling) are not supported")
         if self.response_format is not None and self.response_format.get("type", "text") != "text":

@@ -91,7 +91,8 @@ def test_generation_config_end_tokens_stop_generation(tmp_path, tiny_llama_dir):
 @pytest.mark.parametrize("min_tokens", [0, 2])
 def test_a_stop_token_id_outside_the_vocabulary_is_refused(tiny_llama_dir, min_tokens):
     engine = make_engine(tiny_llama_dir)
-    with pytest.raises(InvalidInputError, match=r"stop_token_ids must be below the vocabulary size 384; got \[384\]"):
+    with pytest.raises(InvalidInputError, match=r"stop_token_ids must name tokens below the vocabulary size 384; "
+                                                r"got \[384\]"):
         engine.add_request("r", [5, 6, 7], SamplingParams(stop_token_ids=[384], min_tokens=min_tokens, max_tokens=4))
     assert not engine.has_unfinished_requests() and engine.kv.num_used_blocks == 0
 

@@ -36,6 +36,21 @@ def test_greedy_is_argmax_and_logprob_is_raw():
         assert r.top_logprobs == pytest.approx(dict(zip(top.indices.tolist(), top.values.tolist())), abs=1e-6)
 
 
+def test_logit_bias_moves_the_pick_but_not_the_reported_logprob():
+    logits = rand_logits(4, seed=3)
+    raw = torch.log_softmax(logits, -1)
+    best = logits.argmax(-1).tolist()
+    second = logits.topk(2).indices[:, 1].tolist()
+    rows = [row(SamplingParams(temperature=0, logit_bias={7: 100.0})),  # forced to 7
+            row(SamplingParams(temperature=0, logit_bias={best[1]: -100.0})),  # its argmax banned: the runner-up
+            row(SamplingParams(temperature=0)),  # no bias: untouched beside the others
+            row(SamplingParams(temperature=1.0, logit_bias={11: 100.0, 12: 0.5}), make_generator(4))]
+    results = sample(logits, rows, EOS)
+    assert [r.token_id for r in results] == [7, second[1], best[2], 11]
+    for i, r in enumerate(results):  # the model's own logprob of what was picked, as vLLM reports it
+        assert r.logprob == pytest.approx(float(raw[i, r.token_id]), abs=1e-6)
+
+
 def test_logprobs_ignore_temperature_and_none_when_not_asked():
     logits = rand_logits(2)
     rows = [row(SamplingParams(temperature=5.0, logprobs=0), make_generator(1)), row()]

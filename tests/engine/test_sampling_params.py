@@ -77,6 +77,11 @@ def test_stop_ids_include_eos_unless_ignored():
         ({"use_beam_search": True, "temperature": 0, "stop": ["\n"]}, "stop"),
         ({"use_beam_search": True, "temperature": 0, "logprobs": 2}, "logprobs"),
         ({"use_beam_search": True, "temperature": 0, "presence_penalty": 2.0}, "presence_penalty"),
+        ({"use_beam_search": True, "temperature": 0, "logit_bias": {5: 1.0}}, "logit_bias"),
+        ({"logit_bias": {5: 100.5}}, "logit_bias"), ({"logit_bias": {5: float("nan")}}, "logit_bias"),
+        ({"logit_bias": {-1: 1.0}}, "logit_bias"), ({"logit_bias": {"5": 1.0}}, "logit_bias"),
+        ({"logit_bias": {5: "1"}}, "logit_bias"), ({"logit_bias": [5]}, "logit_bias"),
+        ({"prompt_logprobs": 21}, "prompt_logprobs"),
     ],
 )
 def test_invalid_values_name_the_field(kwargs, field):

@@ -48,7 +48,10 @@ CASES = [
     ("/v1/chat/completions", {"messages": MSG, "tools": [{"type": "function"}]}, 400, "tools"),
     ("/v1/chat/completions", {"messages": MSG, "response_format": {"type": "json_object"}}, 400, "response_format"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400, "messages"),
-    ("/v1/completions", {"prompt": "x", "logit_bias": {"5": 1.0}}, 400, "logit_bias"),
+    ("/v1/completions", {"prompt": "x", "logit_bias": {"five": 1.0}}, 400, "logit_bias"),
+    ("/v1/completions", {"prompt": "x", "logit_bias": {"5": 101}}, 400, "logit_bias"),
+    ("/v1/completions", {"prompt": "x", "logit_bias": {"99999": 1}}, 400, "logit_bias"),
+    ("/v1/chat/completions", {"messages": MSG, "logit_bias": {"-3": 1}}, 400, "logit_bias"),
     ("/v1/completions", {"prompt": "x", "suffix": "y"}, 400, "suffix"),
 ]
 

@@ -80,6 +80,17 @@ def test_completion_echo_with_logprobs_covers_the_prompt_first(server: RunningSe
     assert echoed.tokens == lp.tokens[: len(prompt)] and echoed.token_logprobs == lp.token_logprobs[: len(prompt)]
 
 
+def test_logit_bias_forces_a_token(server: RunningServer) -> None:
+    client = sync_client(server)
+    forced = 72  # a token id of both engines' tokenizers
+    r = client.completions.create(model=server.model, prompt="Hi", max_tokens=3, logit_bias={str(forced): 100},
+                                  extra_body={"ignore_eos": True})
+    assert r.choices[0].text == server.async_engine.tokenizer.decode([forced] * 3)
+    chat = client.chat.completions.create(model=server.model, messages=CHAT, max_tokens=2, logit_bias={"72": 100},
+                                          extra_body={"ignore_eos": True})
+    assert chat.choices[0].message.content == server.async_engine.tokenizer.decode([forced] * 2)
+
+
 def test_completion_stop_string_ends_text(server: RunningServer) -> None:
     client = sync_client(server)
     free = client.completions.create(model=server.model, prompt="Go", max_tokens=20, temperature=0,
