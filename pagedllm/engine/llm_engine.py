@@ -136,11 +136,16 @@ class LLMEngine:
         """One iteration; per request that progressed, its output so far and what this step added."""
         if self.failure is not None:
             raise self.failure
-        step = self.scheduler.schedule()
-        if not step.scheduled:
-            return []
-        prompt_logits = [prompt_rows(s) for s in step.scheduled]
-        logits = self._execute(step, prompt_logits)
+        try:
+            step = self.scheduler.schedule()
+            if not step.scheduled:
+                return []
+            prompt_logits = [prompt_rows(s) for s in step.scheduled]
+            logits = self._execute(step, prompt_logits)
+        except BaseException:
+            self.kv.step_failed()  # what the pass hashed for the step was never written
+            raise
+        self.kv.step_ran()
         record_prompt_logprobs(step.scheduled, prompt_logits, logits, len(step.logits_seqs()))
         outcome = self.output_stage.process(step, logits)
         detokenize(outcome, self.tokenizer)

@@ -139,9 +139,10 @@ class BlockPool:
         return True
 
     def uncache(self, block: Block) -> None:
-        """Forget an in-use block's hash: the step that was to write its K/V did not run."""
+        """Forget a block's hash: the step that was to write its K/V did not run."""
         if block.block_hash is not None and self.cached.get(block.block_hash.digest) is block:
             del self.cached[block.block_hash.digest]
+            self.num_cached_free_blocks -= block.ref_cnt == 0
         block.block_hash = None
 
     def reset_prefix_cache(self) -> bool:

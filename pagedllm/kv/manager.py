@@ -70,6 +70,7 @@ class KVCacheManager:
         self._seqs: dict[SeqId, _Seq] = {}
         self._queries_tokens = 0
         self._hits_tokens = 0
+        self._unwritten: list[Block] = []  # hashed since the last step ran (step_ran / step_failed)
 
     # ---- prefix lookup -------------------------------------------------------------------------------
 
@@ -172,7 +173,20 @@ class KVCacheManager:
         full = seq.table.num_tokens // self.block_size
         for key in block_keys(token_ids, self.block_size, seq.extra_keys, parent, done, full - done):
             seq.keys.append(key)
-            self.pool.cache_full_block(self.pool.blocks[seq.table.blocks[len(seq.keys) - 1]], key)
+            block = self.pool.blocks[seq.table.blocks[len(seq.keys) - 1]]
+            if self.pool.cache_full_block(block, key):
+                self._unwritten.append(block)
+
+    def step_ran(self) -> None:
+        """The step that writes the K/V of the blocks allocated for it ran: their hashes hold."""
+        self._unwritten.clear()
+
+    def step_failed(self) -> None:
+        """The step did not run: blocks hashed for it hold no K/V, so none of them may be found again. (Freeing
+        the sequences could not tell: one that hit another's block in the same pass counts it as computed.)"""
+        for block in self._unwritten:
+            self.pool.uncache(block)
+        self._unwritten.clear()
 
     # ---- fork / free ---------------------------------------------------------------------------------
 

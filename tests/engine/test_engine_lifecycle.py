@@ -206,3 +206,23 @@ def test_beam_search_counts_every_beams_tokens_as_generated(tiny_llama_dir, widt
     run_all(engine, [[5, 6, 7, 8]], params)
     # every step extends `width` beams (one from the prompt in the first), each by one token, to max_tokens
     assert engine.stats().generation_tokens_total == width * max_tokens
+
+
+def test_a_step_that_fails_leaves_no_unwritten_block_findable(tiny_llama_dir):
+    """Two requests with one prompt admitted in one pass: the second hits the blocks just allocated for the first
+    (written by the step). When that step fails and both are aborted, none of those blocks may stay cached."""
+    engine = make_engine(tiny_llama_dir)
+    prompt, params = list(range(10, 30)), SamplingParams(max_tokens=12, **GREEDY)
+    expected = tokens(run_all(make_engine(tiny_llama_dir), [prompt], params))
+    execute = engine.executor.execute
+    engine.executor.execute = lambda *args: (_ for _ in ()).throw(RuntimeError("injected"))
+    engine.add_request("a", prompt, params)
+    engine.add_request("b", prompt, params)
+    with pytest.raises(RuntimeError, match="injected"):
+        engine.step()
+    engine.executor.execute = execute
+    engine.abort_request("a")
+    engine.abort_request("b")
+    assert engine.stats().blocks_cached_free == 0
+    engine.kv.check_invariants()
+    assert tokens(run_all(engine, [prompt], params)) == expected
