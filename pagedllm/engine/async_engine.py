@@ -117,9 +117,12 @@ class AsyncEngine:
         self._commands: deque[_Command] = deque()
         self._streams: dict[str, OutputStream] = {}  # engine thread only
         self._pending_adds = 0
+        self._added_unseen = 0  # added since latest_stats was taken: waiting, though the stats do not say so yet
         self._busy = False
         self._stats_time = 0.0
         self._stopping = False
+        self._refusal: str | None = None  # why new requests are refused (the server is shutting down)
+        self._closed = False  # the thread ended: every later command is refused (under _cond)
         self._given_thread = thread  # the one that built the engine, if any; else start() makes one
         self._thread: EngineThread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -152,6 +155,10 @@ class AsyncEngine:
             await asyncio.sleep(0.05)
         return not self._has_live_requests()
 
+    def refuse_new_requests(self, reason: str = "the server is shutting down") -> None:
+        """From now on add_request(s) raise RequestAborted(reason); requests already added go on."""
+        self._refusal = reason
+
     def abort_all(self, reason: str = "the server is shutting down") -> None:
         """Fire and forget: abort every live request; their callers get RequestAborted."""
         if self._thread is not None:
@@ -159,7 +166,7 @@ class AsyncEngine:
 
     def _has_live_requests(self) -> bool:
         stats = self.latest_stats
-        return self._pending_adds > 0 or stats.num_running > 0 or stats.num_waiting > 0
+        return self._pending_adds + self._added_unseen > 0 or stats.num_running > 0 or stats.num_waiting > 0
 
     async def call(self, fn: Callable[[Any], Any]) -> Any:
         """Run fn(engine) on the engine thread between steps and return its result."""
@@ -178,6 +185,8 @@ class AsyncEngine:
                            stream: OutputStream, cache_salt: str | None = None) -> None:
         """Queue (request id, prompt) pairs in one command, so that they join the same step: all of them, or
         none where the engine rejects one (its InvalidInputError is raised)."""
+        if self._refusal is not None:
+            raise RequestAborted(self._refusal)
         pending = [len(requests)]  # counted until the command runs or the caller stops waiting for it
         arrival = time.time()  # now, not when the engine thread takes the command (after its current step)
 
@@ -187,6 +196,8 @@ class AsyncEngine:
                 pending[0] = 0
 
         def add(engine: EngineProtocol) -> None:
+            with self._cond:
+                self._added_unseen += pending[0]
             no_longer_pending()
             added: list[str] = []
             try:
@@ -218,7 +229,8 @@ class AsyncEngine:
 
     def is_overloaded(self) -> bool:
         limit = self.max_waiting_requests
-        return limit is not None and self.latest_stats.num_waiting + self._pending_adds >= limit
+        waiting = self.latest_stats.num_waiting + self._pending_adds + self._added_unseen
+        return limit is not None and waiting >= limit
 
     async def stats(self) -> EngineStats:
         return await self.call(lambda engine: engine.stats())
@@ -232,7 +244,7 @@ class AsyncEngine:
 
     def _submit(self, command: _Command) -> None:
         with self._cond:
-            if self.fatal is None:
+            if self.fatal is None and not self._closed:
                 self._commands.append(command)
                 self._cond.notify()
                 return
@@ -240,17 +252,35 @@ class AsyncEngine:
 
     def _reject(self, command: _Command) -> None:
         if command.future is not None:
-            self._to_loop(_resolve, command.future, None, RequestAborted(f"the engine failed: {self.fatal}"))
+            reason = f"the engine failed: {self.fatal}" if self.fatal is not None else "the engine is not running"
+            self._to_loop(_resolve, command.future, None, RequestAborted(reason))
+
+    def _close(self) -> list[_Command]:
+        """Refuse every later command; returns those queued and not run."""
+        with self._cond:
+            self._closed = True
+            commands = list(self._commands)
+            self._commands.clear()
+        return commands
 
     # ---- engine-thread side ------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        except BaseException as exc:  # outside a step (stats, an observer, a hook): fail as a dead engine would
+            logger.exception("the engine thread failed")
+            self._fail(exc)
+
+    def _serve(self) -> None:
         while True:
             commands = self._wait_for_work()
             for command in commands:
                 self._execute(command)
             if self._stopping:
                 self._abort_all(RequestAborted("the server is shutting down"))
+                for command in self._close():
+                    self._reject(command)
                 return
             if self._busy:
                 self._step()
@@ -274,16 +304,22 @@ class AsyncEngine:
         if failure is None:
             return False
         logger.error("the engine cannot run any more: %s", failure)
+        self._fail(failure)
+        return True
+
+    def _fail(self, failure: BaseException) -> None:
+        """Fail every request with the reason, refuse every command, tell the server."""
         with self._cond:  # from here on _submit answers every command itself
             self.fatal, self._stopping = failure, True
-            commands = list(self._commands)
-            self._commands.clear()
-        self._abort_all(RequestAborted(f"the engine failed: {failure}"))
+        commands = self._close()
+        try:
+            self._abort_all(RequestAborted(f"the engine failed: {failure}"))
+        except Exception:  # the streams have their reason; the engine's own state is past caring for
+            logger.exception("the engine failed while aborting its requests")
         for command in commands:
             self._reject(command)
         if self._on_fatal is not None:
             self._to_loop(self._on_fatal, failure)
-        return True
 
     def _execute(self, command: _Command) -> None:
         try:
@@ -332,7 +368,7 @@ class AsyncEngine:
         # queue changed. They are always fresh once the engine goes idle.
         if force_stats or not self._busy or now - self._stats_time >= STATS_INTERVAL:
             self._stats_time = now
-            self.latest_stats = self._engine.stats()
+            self._publish_stats(self._engine.stats())
             if self._observer is not None:
                 self._observer.update_from_stats(self.latest_stats)
 
@@ -340,9 +376,11 @@ class AsyncEngine:
         stream = self._streams.pop(request_id, None)
         if stream is None:
             return  # finished already, or never admitted
-        self._engine.abort_request(request_id)
-        if reason is not None:
-            self._to_loop(stream.put, reason)
+        try:
+            self._engine.abort_request(request_id)
+        finally:  # the caller hears of it even if the engine could not abort
+            if reason is not None:
+                self._to_loop(stream.put, reason)
 
     def _abort_all(self, reason: BaseException) -> None:
         for request_id in list(self._streams):
@@ -352,7 +390,12 @@ class AsyncEngine:
                 logger.exception("could not abort request %s", request_id)
         self._streams.clear()
         self._busy = self._engine.has_unfinished_requests()
-        self.latest_stats = self._engine.stats()
+        self._publish_stats(self._engine.stats())
+
+    def _publish_stats(self, stats: EngineStats) -> None:
+        """The engine's stats for the event loop: from now on they count every request added so far."""
+        with self._cond:
+            self.latest_stats, self._added_unseen = stats, 0
 
     def _begin_stop(self, engine: EngineProtocol) -> None:
         self._stopping = True

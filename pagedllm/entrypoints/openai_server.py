@@ -35,6 +35,7 @@ class _Server(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         for server in self.servers:
             server.close()  # stop accepting before waiting
+        self.engine.refuse_new_requests()  # a handler still reading its body gets a 503, not a cut connection
         if not await self.engine.drain(self.grace):
             logger.info("aborting the requests still running after %.1f s", self.grace)
             self.engine.abort_all()

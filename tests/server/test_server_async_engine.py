@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
 
 from conftest import fake_config
 from fake_serving_engine import FakeEngine
-from pagedllm.engine.async_engine import AsyncEngine, OutputStream, RequestAborted
+from pagedllm.engine.async_engine import AsyncEngine, OutputStream, RequestAborted, _Command
 from pagedllm.errors import InvalidInputError
 from pagedllm.sampling_params import SamplingParams
 
@@ -212,3 +213,97 @@ def test_arrival_is_when_the_request_is_handed_over_not_when_the_step_ends() -> 
 
     handed_over, arrival = run(main())
     assert handed_over <= arrival < handed_over + 0.1
+
+
+class _StatsFailOnce(FakeEngine):
+    """stats() raises once while a request runs: a failure on the engine thread outside step()."""
+
+    def stats(self):
+        if self.running and not getattr(self, "failed", False):
+            self.failed = True
+            raise RuntimeError("stats broke")
+        return super().stats()
+
+
+def test_a_failure_outside_the_step_fails_the_engine_instead_of_hanging() -> None:
+    fatal: list[BaseException] = []
+
+    async def main() -> None:
+        engine = AsyncEngine(_StatsFailOnce(fake_config(), step_delay=0.01), on_fatal=fatal.append)
+        engine.start()
+        stream = OutputStream()
+        await engine.add_request("a", "hello", SamplingParams(max_tokens=50, ignore_eos=True), stream)
+        with pytest.raises(RequestAborted, match="stats broke"):
+            async for _ in stream:
+                pass
+        with pytest.raises(RequestAborted):
+            await engine.add_request("b", "hello", SamplingParams(max_tokens=3), OutputStream())
+        await asyncio.sleep(0.05)  # on_fatal reaches the loop
+        await engine.stop()
+
+    run(main())
+    assert [str(f) for f in fatal] == ["stats broke"]
+
+
+def test_requests_are_refused_once_the_server_shuts_down() -> None:
+    async def main() -> None:
+        engine = AsyncEngine(FakeEngine(fake_config()))
+        engine.start()
+        engine.refuse_new_requests()
+        with pytest.raises(RequestAborted, match="shutting down"):
+            await engine.add_request("a", "hello", SamplingParams(max_tokens=3), OutputStream())
+        assert not engine._has_live_requests()
+        await engine.stop()
+
+    run(main())
+
+
+def test_a_call_queued_as_the_thread_stops_is_refused_not_left_waiting() -> None:
+    async def main() -> None:
+        engine = AsyncEngine(FakeEngine(fake_config()))
+        engine.start()
+        def slow_then_stop(e) -> None:
+            time.sleep(0.3)
+            engine._begin_stop(e)  # the thread ends after this batch of commands
+
+        engine._submit(_Command(fn=slow_then_stop))
+        await asyncio.sleep(0.05)  # inside the slow command: the next call queues behind the batch
+        with pytest.raises(RequestAborted, match="not running"):
+            await asyncio.wait_for(engine.call(lambda e: None), 5)
+        await engine.stop()
+
+    run(main())
+
+
+class _GatedSteps(FakeEngine):
+    """Each step waits for the test to open the gate."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.gate = threading.Semaphore(0)
+
+    def step(self):
+        self.gate.acquire()
+        return super().step()
+
+
+def test_requests_added_before_a_step_count_as_waiting_for_the_overload_limit() -> None:
+    fake = _GatedSteps(fake_config(max_num_seqs=1))
+
+    async def main() -> None:
+        engine = AsyncEngine(fake, max_waiting_requests=4)
+        engine.start()
+        await engine.add_request("first", "hello", SamplingParams(max_tokens=20), OutputStream())
+        await asyncio.sleep(0.05)  # the thread waits inside the first request's step
+        streams = [OutputStream() for _ in range(4)]
+        adds = asyncio.gather(*(engine.add_request(f"r{i}", "hello", SamplingParams(max_tokens=2), stream)
+                                for i, stream in enumerate(streams)))
+        await asyncio.sleep(0.05)  # queued behind the step
+        fake.gate.release()  # the step ends, the four are added, the next step waits: no stats taken in between
+        await adds
+        assert engine.latest_stats.num_waiting == 0 and engine.is_overloaded()
+        for _ in range(100):
+            fake.gate.release()
+        await engine.stop()
+
+    run(main())
