@@ -1,7 +1,7 @@
 """The two OpenAI logprobs shapes built from the engine's TokenLogprob entries."""
 
 from pagedllm.engine.outputs import TokenLogprob
-from pagedllm.entrypoints.server.logprobs import TokenText, chat_logprobs, completion_logprobs
+from pagedllm.entrypoints.server.logprobs import TokenText, chat_logprobs, completion_logprobs, prompt_logprobs
 
 
 class LetterTokenizer:
@@ -20,6 +20,22 @@ def test_completion_top_logprobs_add_the_sampled_token_when_it_is_not_among_them
     assert out["token_logprobs"] == [-3.0, -0.5, -9999.0]
     assert out["top_logprobs"] == [{"a": -0.5, "b": -1.0, "c": -3.0}, {"a": -0.5, "b": -1.0}, {"d": -9999.0}]
     assert out["text_offset"] == [4, 5, 6]
+
+
+def test_alternatives_that_read_the_same_keep_the_likeliest() -> None:
+    class Replacement:
+        def decode(self, ids: list[int]) -> str:
+            return "\ufffd" if ids[0] >= 10 else "x"
+
+    entries = [TokenLogprob(token_id=0, logprob=-5.0, top={10: -1.0, 11: -1.5, 0: -5.0})]
+    assert completion_logprobs(entries, TokenText(Replacement()), 0)["top_logprobs"] == [{"\ufffd": -1.0, "x": -5.0}]
+
+
+def test_the_echoed_prompts_part_has_no_logprob_for_its_first_token() -> None:
+    prompt = prompt_logprobs([0, 1, 2], [None, TokenLogprob(1, -1.0, {}), TokenLogprob(2, -2.0, {})],
+                             TokenText(LetterTokenizer()))
+    assert prompt == {"tokens": ["a", "b", "c"], "token_logprobs": [None, -1.0, -2.0],
+                      "top_logprobs": [None, {"b": -1.0}, {"c": -2.0}], "text_offset": [0, 1, 2]}
 
 
 def test_chat_top_logprobs_are_exactly_the_alternatives() -> None:

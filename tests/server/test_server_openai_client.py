@@ -78,6 +78,10 @@ def test_completion_echo_with_logprobs_covers_the_prompt_first(server: RunningSe
                                             temperature=0, stream=True))
     echoed = chunks[0].choices[0].logprobs  # the prompt's chunk carries the prompt's logprobs
     assert echoed.tokens == lp.tokens[: len(prompt)] and echoed.token_logprobs == lp.token_logprobs[: len(prompt)]
+    # one running count over prompt and completion, streamed or not
+    assert lp.text_offset == sorted(lp.text_offset)
+    streamed = [o for c in chunks if c.choices and c.choices[0].logprobs for o in c.choices[0].logprobs.text_offset]
+    assert streamed == lp.text_offset
 
 
 def test_logit_bias_forces_a_token(server: RunningServer) -> None:

@@ -82,6 +82,12 @@ class _View:
             return None
         return prompt_logprobs(output.prompt_token_ids, output.prompt_logprobs, self.text_of)
 
+    def _completion_offset(self, echoed: str, output: RequestOutput) -> int:
+        """Where the completion's text_offset starts: after the echoed prompt, counted as the prompt's offsets
+        count it (its tokens' texts, which differ from the prompt's where a token splits a character)."""
+        prompt = self._echo_logprobs(output) if echoed else None
+        return len(echoed) if prompt is None else sum(map(len, prompt["tokens"]))
+
     def _choice_logprobs(self, output: RequestOutput, entries: list | None, offset: int) -> dict[str, Any] | None:
         """The completion's logprobs, after the echoed prompt's where it was echoed."""
         completion, prompt = self._logprobs(entries, offset), self._echo_logprobs(output)
@@ -93,18 +99,19 @@ class _View:
         choices, completion_tokens = [], 0
         for prompt_index, output in enumerate(finals):
             prefix = self._prompt_text(prompt_index, output) if self.body.echo else ""
+            offset = self._completion_offset(prefix, output)
             for c in output.outputs:
                 completion_tokens += len(c.token_ids)
                 choices.append({"index": prompt_index * self.n + c.index, "text": prefix + c.text,
-                                "logprobs": self._choice_logprobs(output, c.logprobs, len(prefix)),
+                                "logprobs": self._choice_logprobs(output, c.logprobs, offset),
                                 "finish_reason": c.finish_reason, "stop_reason": c.stop_reason})
         choices.sort(key=lambda choice: choice["index"])
         prompt_tokens = sum(len(o.prompt_token_ids) for o in finals)
         return {**self._envelope(choices), "usage": sse.usage(prompt_tokens, completion_tokens)}
 
-    def _chunk(self, delta: ChoiceDelta) -> dict[str, Any]:
+    def _chunk(self, delta: ChoiceDelta, base: int) -> dict[str, Any]:
         choice = {"index": delta.index, "text": delta.text,
-                  "logprobs": self._logprobs(delta.logprobs, delta.text_offset),
+                  "logprobs": self._logprobs(delta.logprobs, base + delta.text_offset),
                   "finish_reason": delta.finish_reason, "stop_reason": delta.stop_reason}
         return self._with_usage_field(self._envelope([choice]))
 
@@ -120,18 +127,18 @@ class _View:
             for i in range(self.n)]
 
     async def stream(self) -> AsyncIterator[str]:
-        tracker, echoed = DeltaTracker(self.n), set()
+        tracker, echoed = DeltaTracker(self.n), {}  # prompt index -> its completions' text_offset base
         prompt_tokens: dict[int, int] = {}
         completion_tokens: dict[int, int] = {}
         try:
             async for output in self.submission.outputs():
                 prompt_index = self.submission.prompt_index(output)
                 if self.body.echo and prompt_index not in echoed and _prompt_logprobs_done(output):
-                    echoed.add(prompt_index)
+                    echoed[prompt_index] = self._completion_offset(self._prompt_text(prompt_index, output), output)
                     for chunk in self._echo_chunks(prompt_index, output):
                         yield chunk
                 for delta in tracker.deltas(prompt_index, output):
-                    yield sse.event(self._chunk(delta))
+                    yield sse.event(self._chunk(delta, echoed.get(prompt_index, 0)))
                 prompt_tokens[prompt_index] = len(output.prompt_token_ids)
                 completion_tokens[prompt_index] = sum(len(c.token_ids) for c in output.outputs)
             if self.body.stream_options is not None and self.body.stream_options.include_usage:

@@ -58,7 +58,9 @@ def prompt_logprobs(prompt_ids: list[int], entries: list[TokenLogprob | None], t
 def _top_with_sampled(entry: TokenLogprob, text_of: TokenText) -> dict[str, float]:
     """The k alternatives and, where it is not among them, the sampled token (so up to k + 1, as OpenAI's
     legacy completions return them)."""
-    top = {text_of(t): finite(lp) for t, lp in entry.top.items()}
+    top: dict[str, float] = {}
+    for token, logprob in entry.top.items():  # best first: of tokens that read the same, the likeliest stays
+        top.setdefault(text_of(token), finite(logprob))
     if entry.token_id not in entry.top:
         top.setdefault(text_of(entry.token_id), finite(entry.logprob))
     return top
