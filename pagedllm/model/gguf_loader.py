@@ -66,12 +66,15 @@ def unpermute_qk(rows: np.ndarray, num_heads: int) -> np.ndarray:
 
 
 def read_gguf(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
-    config, state_dict, _ = read_gguf_with_blocks(path)
+    config, state_dict, _ = read_gguf_with_blocks(path, keep_blocks=False)
     return config, state_dict
 
 
-def read_gguf_with_blocks(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], dict[str, StoredBlocks]]:
-    """read_gguf, and the blocks of every weight stored as Q4_1 or Q8_0 (HF names, rows in HF order)."""
+def read_gguf_with_blocks(
+    path: Path, keep_blocks: bool = True
+) -> tuple[ModelConfig, dict[str, torch.Tensor], dict[str, StoredBlocks]]:
+    """read_gguf, and (keep_blocks) the blocks of every weight stored as Q4_1 or Q8_0 (HF names, rows in HF
+    order)."""
     from gguf import GGMLQuantizationType as Q
 
     reader = open_gguf(path)
@@ -89,7 +92,7 @@ def read_gguf_with_blocks(path: Path) -> tuple[ModelConfig, dict[str, torch.Tens
         array = dequantize(tensor, path)
         state_dict[name] = torch.from_numpy(_restore_rows(name, array, config))
         kind = {Q.Q4_1: "q4_1", Q.Q8_0: "q8_0"}.get(tensor.tensor_type)
-        if kind is not None and array.ndim == 2:
+        if keep_blocks and kind is not None and array.ndim == 2:
             stored = StoredBlocks.from_gguf(tensor.data, kind, *array.shape)
             blocks[name] = stored.take_rows(_restore_rows(name, np.arange(array.shape[0]), config))
     return config, state_dict, blocks

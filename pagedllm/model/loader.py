@@ -32,8 +32,15 @@ def load_model(
         return build_model(config, state_dict, dtype, source=path, device=device), config
     from pagedllm.model.gguf_loader import read_gguf_with_blocks
 
-    config, state_dict, blocks = read_gguf_with_blocks(path)
+    config, state_dict, blocks = read_gguf_with_blocks(path, keep_blocks=_blocks_stream(dtype, device))
     return build_model(config, state_dict, dtype, source=path, device=device, blocks=blocks), config
+
+
+def _blocks_stream(dtype: torch.dtype, device: torch.device | str) -> bool:
+    """Whether the weights' stored blocks would be used: only the AMX matmul streams them (bfloat16, CPU)."""
+    from pagedllm.model.projection import amx_matmul_kernels
+
+    return dtype == torch.bfloat16 and torch.device(device).type == "cpu" and amx_matmul_kernels() is not None
 
 
 def existing_model_path(path: str | Path) -> Path:

@@ -162,3 +162,15 @@ def test_fused_projections_match_separate_ones(tiny_llama_dir):
         with torch.inference_mode():
             outs.append(model.compute_logits(model(ids, torch.arange(5), caches, meta)))
     torch.testing.assert_close(outs[1], outs[0], atol=1e-5, rtol=0)
+
+
+def test_loading_a_model_does_not_import_torch_dynamo(tiny_llama_dir):
+    """Random-initialising the modules on the meta device imported torch._dynamo: over a second of every start."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from pagedllm.model.loader import load_model; load_model(sys.argv[1]); "
+            "print('torch._dynamo' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code, str(tiny_llama_dir)], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "False"

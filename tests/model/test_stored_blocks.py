@@ -53,6 +53,23 @@ def test_gguf_blocks_are_the_weights_in_hf_row_order(tmp_path, qtype):
     for name, b in blocks.items():
         assert torch.equal(b.dequantized(), state_dict[name]), name
     assert read_gguf(path)[1].keys() == state_dict.keys()
+    assert read_gguf_with_blocks(path, keep_blocks=False)[2] == {}
+
+
+def test_the_blocks_are_kept_only_where_the_amx_matmul_would_stream_them(tmp_path, monkeypatch):
+    import pagedllm.model.gguf_loader as gguf_loader
+    from pagedllm.model import loader, projection
+
+    path = write_gguf(make_hf_model("llama"), tmp_path / "m.gguf", Q.Q8_0)
+    kept, read = [], gguf_loader.read_gguf_with_blocks
+    monkeypatch.setattr(gguf_loader, "read_gguf_with_blocks", lambda p, keep_blocks: read(p, kept.append(keep_blocks)
+                                                                                         or keep_blocks))
+    monkeypatch.setattr(projection, "amx_matmul_kernels", lambda: None)  # a CPU without AMX
+    for dtype in (torch.float32, torch.bfloat16):
+        loader.load_model(path, dtype)
+    assert kept == [False, False]
+    monkeypatch.setattr(projection, "amx_matmul_kernels", lambda: object())  # with AMX: bfloat16 streams them
+    assert [loader._blocks_stream(d, "cpu") for d in (torch.float32, torch.bfloat16)] == [False, True]
 
 
 @needs_amx
