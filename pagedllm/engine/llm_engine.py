@@ -8,6 +8,7 @@ import atexit
 import gc
 import itertools
 import logging
+from typing import Any
 
 from pagedllm.checks import is_int
 from pagedllm.config import EngineConfig
@@ -27,6 +28,7 @@ from pagedllm.engine.text_stage import detokenize
 from pagedllm.errors import InvalidInputError
 from pagedllm.kv.block_table import blocks_needed
 from pagedllm.kv.manager import KVCacheManager
+from pagedllm.model.chat_template import render_chat
 from pagedllm.model.config import ModelConfig
 from pagedllm.model.dtype import describe_dtype, resolve_dtype
 from pagedllm.model.projection import describe_matmul
@@ -256,14 +258,10 @@ class LLMEngine:
         """Every block with the ids of the requests that hold it, and the pool's waste."""
         return kv_snapshot(self.kv, self.stats(), lambda seq_id: self.scheduler.request_of(seq_id).request_id)
 
-    def apply_chat_template(self, messages: list[dict]) -> list[int]:
-        try:
-            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        except Exception as exc:  # template errors name the problem (bad roles, missing content)
-            raise InvalidInputError(f"cannot apply the chat template: {exc}") from exc
-        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-            ids = ids["input_ids"]
-        return list(ids)
+    def apply_chat_template(self, messages: list[dict], **options: Any) -> list[int]:
+        """The conversation's prompt ids (pagedllm.model.chat_template.render_chat: as the server makes them)."""
+        text = render_chat(self.tokenizer, messages, **options)
+        return list(self.tokenizer.encode(text, add_special_tokens=False))  # the template wrote them
 
     def _build_runner(self) -> ModelRunner:
         config = self.config

@@ -2,6 +2,7 @@
 
 from collections.abc import Sequence as Seq
 from dataclasses import fields
+from typing import Any
 
 from tqdm import tqdm
 
@@ -51,10 +52,16 @@ class LLM:
         messages: list[dict] | list[list[dict]],
         sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
         use_tqdm: bool = True,
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> list[RequestOutput]:
-        """Apply the model's chat template to each conversation, then generate."""
+        """Apply the model's chat template to each conversation (messages as the server takes them:
+        pagedllm.model.chat_template), then generate."""
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
-        prompts = [self.engine.apply_chat_template(c) for c in conversations]
+        options = dict(add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message,
+                       template_kwargs=chat_template_kwargs)
+        prompts = [self.engine.apply_chat_template(c, **options) for c in conversations]
         return self.generate(prompts, sampling_params, use_tqdm)
 
     def stats(self) -> EngineStats:

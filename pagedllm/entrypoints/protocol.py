@@ -58,10 +58,19 @@ class _SamplingFields(_Body):
     cache_salt: str | None = Field(default=None, min_length=1)
     user: str | None = None
     logit_bias: dict[str, float] | None = None
+    # vLLM extras this server does not take: declared so that they are refused, not dropped as unknown
+    use_beam_search: bool | None = None
+    prompt_logprobs: int | None = None
 
     def check_stream_options(self) -> None:
         if self.stream_options is not None and not self.stream:
             raise InvalidInputError("stream_options is only allowed when stream is true")
+
+    def _refuse_unsupported(self, **why: str) -> None:
+        """A 400 for each field given (not null / false) that this endpoint does not take, with why."""
+        for name, reason in {"use_beam_search": "beam search is offline only (LLM.generate)", **why}.items():
+            if getattr(self, name) is not None and getattr(self, name) is not False:  # 0 is given
+                raise InvalidInputError(f"{name} is not supported: {reason}")
 
     def _sampling_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
@@ -106,6 +115,7 @@ class CompletionRequest(_SamplingFields):
         return list(p)
 
     def to_sampling_params(self) -> SamplingParams:
+        self._refuse_unsupported(prompt_logprobs="use echo with logprobs")
         if self.suffix:
             raise InvalidInputError("suffix is not supported")
         if self.best_of is not None and self.best_of != self.n:
@@ -125,20 +135,17 @@ class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_call_id: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
 
-    def as_template_dict(self) -> dict[str, str]:
-        """{'role', 'content'} with content flattened to text, as chat templates expect."""
-        return {"role": "system" if self.role == "developer" else self.role, "content": self._text()}
-
-    def _text(self) -> str:
-        if self.content is None or isinstance(self.content, str):
-            return self.content or ""
-        for part in self.content:
-            if part.type != "text":
-                raise InvalidInputError(f"messages: content parts of type {part.type!r} are not supported; only text")
-            if part.text is None:
-                raise InvalidInputError("messages: a content part of type 'text' needs its 'text' string")
-        return "".join(part.text for part in self.content)
+    def as_template_dict(self) -> dict[str, Any]:
+        """The message's fields as given (pagedllm.model.chat_template normalises them for the template)."""
+        message = self.model_dump(exclude_none=True, exclude={"content"})
+        if isinstance(self.content, list):
+            message["content"] = [part.model_dump(exclude_none=True) for part in self.content]
+        else:
+            message["content"] = self.content
+        return message
 
 
 class ChatCompletionRequest(_SamplingFields):
@@ -150,8 +157,15 @@ class ChatCompletionRequest(_SamplingFields):
     tools: list[dict[str, Any]] | None = None
     functions: list[dict[str, Any]] | None = None
     response_format: dict[str, Any] | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+    chat_template: str | None = None  # refused: the model's own template only
+    echo: bool | None = None  # refused
 
     def to_sampling_params(self) -> SamplingParams:
+        self._refuse_unsupported(chat_template="the model's own template is used", echo="not for chat",
+                                 prompt_logprobs="use /v1/completions with echo and logprobs")
         if self.tools or self.functions:
             raise InvalidInputError(f"{'tools' if self.tools else 'functions'} (function calling) are not supported")
         if self.response_format is not None and self.response_format.get("type", "text") != "text":
@@ -168,5 +182,11 @@ class ChatCompletionRequest(_SamplingFields):
             field, _, rest = str(exc).partition(" ")
             raise InvalidInputError(f"{renamed.get(field, field)} {rest}") from None
 
-    def template_messages(self) -> list[dict[str, str]]:
+    def template_messages(self) -> list[dict[str, Any]]:
         return [m.as_template_dict() for m in self.messages]
+
+    def template_options(self) -> dict[str, Any]:
+        """How the template renders the messages (pagedllm.model.chat_template.render_chat's options)."""
+        return {"add_generation_prompt": self.add_generation_prompt,
+                "continue_final_message": self.continue_final_message,
+                "template_kwargs": self.chat_template_kwargs}

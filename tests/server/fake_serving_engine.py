@@ -33,8 +33,9 @@ class FakeTokenizer:
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
-                            tokenize: bool = True) -> list[int] | str:
+                            tokenize: bool = True, continue_final_message: bool = False) -> list[int] | str:
         text = "".join(f"<{m['role']}>{m['content']}\n" for m in messages)
+        text = text.removesuffix("\n") if continue_final_message else text
         text += "<assistant>" if add_generation_prompt else ""
         return self.encode(text) if tokenize else text
 

@@ -139,6 +139,16 @@ def test_chat_n_and_logprobs(server: RunningServer) -> None:
     assert r.usage.completion_tokens == sum(len(c.logprobs.content) for c in r.choices)
 
 
+def test_chat_template_options_reach_the_template(server: RunningServer) -> None:
+    client, template = sync_client(server), server.async_engine.tokenizer
+    turns = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello, I"}]
+    for options in ({"add_generation_prompt": False},
+                    {"add_generation_prompt": False, "continue_final_message": True}):
+        r = client.chat.completions.create(model=server.model, messages=turns, max_tokens=1, extra_body=options)
+        text = template.apply_chat_template(turns, tokenize=False, **options)
+        assert r.usage.prompt_tokens == len(template.encode(text, add_special_tokens=False))
+
+
 def test_chat_max_completion_tokens(server: RunningServer) -> None:
     r = sync_client(server).chat.completions.create(model=server.model, messages=CHAT,
                                                     max_completion_tokens=3, extra_body={"ignore_eos": True})

@@ -63,3 +63,16 @@ def test_a_text_far_past_the_context_is_refused_early(tokenizer, monkeypatch_mod
         asyncio.run(processor.completion_prompts([text]))
     processor.close()
     assert sum(map(len, counted)) < len(text) // 10  # stopped long before the end
+
+
+def test_pieces_cut_inside_special_tokens_do_not_refuse_a_prompt_that_fits(tokenizer, monkeypatch) -> None:
+    monkeypatch.setattr(prompts, "PIECE_CHARS", 400)
+    text = "<|im_start|>" * 600  # no whitespace: the pieces are cut through special tokens
+    exact = len(tokenizer.encode(text, add_special_tokens=True))
+    cuts = len(text) // 400
+    assert sum(len(tokenizer.encode(p, add_special_tokens=False)) for p in prompts._pieces(text, 400)) > exact + 4 * cuts
+    processor = prompts.PromptProcessor(tokenizer, vocab_size=384, max_model_len=exact + 1, workers=1)
+    try:
+        assert len(asyncio.run(processor.completion_prompts([text]))[0]) == exact
+    finally:
+        processor.close()

@@ -45,8 +45,7 @@ async def _prompt_ids(processor: PromptProcessor, max_model_len: int, body: Chat
                       params: SamplingParams) -> list[int]:
     """The templated, tokenized messages (off the engine thread), checked against the context length."""
     limits.check_sampling(params, processor.vocab_size)
-    messages = body.template_messages()
-    ids = await processor.chat_prompt(messages)
+    ids = await processor.chat_prompt(body.template_messages(), body.template_options())
     limits.check_prompt_length(len(ids), "messages", max_model_len)
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     limits.check_completion_budget(len(ids), params.max_tokens, param, max_model_len)

@@ -5,7 +5,7 @@ tokenize delays nobody's next token. Hugging Face fast tokenizers release the GI
 encode, and are not safe to share between threads, hence the copies.
 
 A text far longer than the context is refused after tokenizing only as much of it as it takes
-to pass the context length, piece by piece: tokenizing a body-cap-sized text in one go (and
+to pass twice the context length, piece by piece: tokenizing a body-cap-sized text in one go (and
 freeing its millions of tokens) holds the GIL long enough to delay every stream.
 """
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import logging
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,14 +20,17 @@ from typing import Any, TypeVar
 
 from pagedllm.entrypoints.server import limits
 from pagedllm.entrypoints.server.errors import APIError
+from pagedllm.model.chat_template import render_chat
 
-logger = logging.getLogger(__name__)
 T = TypeVar("T")
 WORKERS = 2
 PIECE_CHARS = 16384  # texts longer than this are counted piece by piece first
 # Tokens a cut between two pieces can add to the pieces' count (a word split in two, a
 # tokenizer's per-text prefix): what the count may overstate the whole text's by, per cut.
 CUT_SLACK = 4
+# A cut inside a special token's text (no whitespace to cut at) can add more: a text is refused on its pieces'
+# count only once that is this many times the context; a shorter one is tokenized whole and counted exactly.
+FAR_PAST = 2
 
 
 class PromptProcessor:
@@ -44,10 +46,10 @@ class PromptProcessor:
         """Each prompt's token ids: text is tokenized, given ids are checked against the vocabulary."""
         return await self._run(lambda: [self._prompt_ids(p) for p in prompts])
 
-    async def chat_prompt(self, messages: list[dict[str, str]]) -> list[int]:
-        """The messages through the model's chat template, with the generation prompt, as token ids."""
+    async def chat_prompt(self, messages: list[dict[str, Any]], options: dict[str, Any]) -> list[int]:
+        """The messages through the model's chat template (render_chat's options), as token ids."""
         def render() -> list[int]:
-            text = _render_template(self._tokenizer(), messages)
+            text = render_chat(self._tokenizer(), messages, **options)
             return self._encode(text, "messages", add_special_tokens=False)  # the template wrote them
 
         return await self._run(render)
@@ -75,9 +77,8 @@ class PromptProcessor:
         count = 0
         for cuts, piece in enumerate(_pieces(text, PIECE_CHARS)):
             count += self._count(piece)
-            if count - CUT_SLACK * cuts >= self.max_model_len:
-                raise limits.prompt_too_long(f"at least {count - CUT_SLACK * cuts} tokens", param,
-                                             self.max_model_len)
+            if count - CUT_SLACK * cuts >= FAR_PAST * self.max_model_len:
+                raise limits.prompt_too_long(f"more than {self.max_model_len} tokens", param, self.max_model_len)
 
     def _count(self, piece: str) -> int:
         tokenizer = self._tokenizer()
@@ -104,15 +105,3 @@ def _pieces(text: str, size: int) -> Iterator[str]:
             end = space if space > start else end
         yield text[start:end]
         start = end
-
-
-def _render_template(tokenizer: Any, messages: list[dict[str, str]]) -> str:
-    from jinja2 import TemplateError
-
-    try:
-        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    except TemplateError as exc:  # the template's own complaint (e.g. roles out of order) says what is wrong
-        raise APIError(400, f"the model's chat template refused these messages: {exc}", param="messages") from None
-    except Exception as exc:
-        logger.debug("chat template failed", exc_info=exc)
-        raise APIError(400, "the model's chat template could not render these messages", param="messages") from None

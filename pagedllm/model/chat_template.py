@@ -1,0 +1,63 @@
+"""Conversations through a model's chat template, the same for LLM.chat and the server.
+
+Messages are normalised as vLLM's server takes them: the `developer` role is `system`, content given as a list
+of text parts is their texts joined by newlines, and no content is an empty string. Other keys of a message
+(`name`, `tool_call_id`, `tool_calls`) reach the template as given.
+"""
+
+from typing import Any
+
+from pagedllm.errors import InvalidInputError
+
+
+def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as chat templates expect them (see the module's docstring)."""
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise InvalidInputError("messages must be a list of {'role': ..., 'content': ...} dicts")
+    return [_template_message(m) for m in messages]
+
+
+def render_chat(tokenizer: Any, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+                continue_final_message: bool = False, template_kwargs: dict[str, Any] | None = None) -> str:
+    """The conversation as the prompt text the model's template makes of it."""
+    from jinja2 import TemplateError, TemplateSyntaxError
+
+    if hasattr(tokenizer, "chat_template") and tokenizer.chat_template is None:  # (a transformers tokenizer)
+        raise InvalidInputError("messages: this model has no chat template; send a prompt to /v1/completions")
+    if add_generation_prompt and continue_final_message:
+        raise InvalidInputError("continue_final_message cannot be combined with add_generation_prompt (set it "
+                                "to false)")
+    options = dict(template_kwargs or {}, **({"continue_final_message": True} if continue_final_message else {}))
+    try:
+        return tokenizer.apply_chat_template(template_messages(messages), add_generation_prompt=add_generation_prompt,
+                                             tokenize=False, **options)
+    except TemplateSyntaxError as exc:
+        raise InvalidInputError(f"messages: the model's chat template does not compile: {exc}") from None
+    except TemplateError as exc:  # the template's own complaint (e.g. roles out of order) says what is wrong
+        raise InvalidInputError(f"messages: the model's chat template refused these messages: {exc}") from None
+    except Exception as exc:
+        raise InvalidInputError(f"messages: the model's chat template could not render these messages: "
+                                f"{type(exc).__name__}: {exc}") from None
+
+
+def _template_message(message: dict[str, Any]) -> dict[str, Any]:
+    role = message.get("role")
+    if not isinstance(role, str):
+        raise InvalidInputError(f"messages: every message needs a string 'role', got {role!r}")
+    return {**message, "role": "system" if role == "developer" else role, "content": _text(message.get("content"))}
+
+
+def _text(content: Any) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    if not isinstance(content, list):
+        raise InvalidInputError(f"messages: content must be a string or a list of text parts, got {content!r}")
+    texts = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind != "text":
+            raise InvalidInputError(f"messages: content parts of type {kind!r} are not supported; only text")
+        if not isinstance(part.get("text"), str):
+            raise InvalidInputError("messages: a content part of type 'text' needs its 'text' string")
+        texts.append(part["text"])
+    return "\n".join(texts)

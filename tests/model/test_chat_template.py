@@ -1,0 +1,71 @@
+"""Conversations through the chat template: messages normalised as the server takes them, the template's own
+errors as clear InvalidInputErrors, and the vLLM options (no generation prompt, continuing the last message)."""
+
+import pytest
+from tiny import make_tiny_tokenizer
+
+from pagedllm.errors import InvalidInputError
+from pagedllm.model.chat_template import render_chat, template_messages
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return make_tiny_tokenizer()
+
+
+def test_messages_are_normalised_as_the_server_takes_them():
+    messages = [
+        {"role": "developer", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "line one"}, {"type": "text", "text": "line two"}],
+         "name": "alice"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]},
+        {"role": "tool", "content": "42", "tool_call_id": "c1"},
+    ]
+    assert template_messages(messages) == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "line one\nline two", "name": "alice"},  # joined by newlines, as vLLM does
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1"}]},
+        {"role": "tool", "content": "42", "tool_call_id": "c1"},
+    ]
+
+
+@pytest.mark.parametrize("messages,message", [
+    ([{"role": "user", "content": [{"type": "image_url"}]}], "type 'image_url' are not supported"),
+    ([{"role": "user", "content": [{"type": "text"}]}], "needs its 'text' string"),
+    ([{"content": "x"}], "needs a string 'role'"),
+    ([["user", "x"]], "list of"),
+])  # fmt: skip
+def test_bad_messages_are_refused(tokenizer, messages, message):
+    with pytest.raises(InvalidInputError, match=message):
+        render_chat(tokenizer, messages)
+
+
+def test_the_generation_prompt_and_continuing_the_last_message_follow_transformers(tokenizer):
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello, I"}]
+    for options in ({"add_generation_prompt": False}, {"add_generation_prompt": False, "continue_final_message": True}):
+        assert render_chat(tokenizer, messages, **options) == tokenizer.apply_chat_template(
+            messages, tokenize=False, **options)
+    assert render_chat(tokenizer, messages, add_generation_prompt=False, continue_final_message=True).endswith(
+        "Hello, I")
+    with pytest.raises(InvalidInputError, match="continue_final_message cannot be combined"):
+        render_chat(tokenizer, messages, continue_final_message=True)
+
+
+@pytest.mark.parametrize("template,message", [
+    (None, "this model has no chat template"),
+    ("{% for m in messages %}{{ m.content }", "does not compile"),
+    ("{{ raise_exception('roles must alternate') }}", "refused these messages: roles must alternate"),
+    ("{{ messages[0].content + 1 }}", "could not render these messages: TypeError"),
+])  # fmt: skip
+def test_the_templates_own_problems_are_named(template, message):
+    broken = make_tiny_tokenizer()
+    broken.chat_template = template
+    with pytest.raises(InvalidInputError, match=message):
+        render_chat(broken, [{"role": "user", "content": "hi"}])
+
+
+def test_template_kwargs_and_message_fields_reach_the_template():
+    custom = make_tiny_tokenizer()
+    custom.chat_template = "{% for m in messages %}{{ m.role }}/{{ m.name }}:{{ m.content }};{% endfor %}{{ flavour }}"
+    text = render_chat(custom, [{"role": "user", "content": "x", "name": "alice"}], template_kwargs={"flavour": "salt"})
+    assert text == "user/alice:x;salt"
