@@ -22,6 +22,7 @@ from pagedllm.engine.seq_registry import SeqRegistry
 from pagedllm.engine.step import ScheduledSeq, SchedulerOutput
 from pagedllm.engine.swap import SwapStore
 from pagedllm.errors import InvalidInputError
+from pagedllm.kv.block_table import blocks_needed
 from pagedllm.kv.manager import KVCacheManager, PrefixHit
 
 
@@ -203,6 +204,8 @@ class Scheduler:
     def _admit(self, request: Request, budget: int, out: SchedulerOutput) -> int | None:
         """Give every live sequence its cached prefix (or swapped-out K/V) and a first chunk; None if it does not fit."""
         plans = self._plan_admission(request, budget)
+        if any(p.swapped for p in plans) and not self._room_to_swap_in(request):
+            return None
         wanted = sum(p.num_new for p in plans if not p.swapped)
         if request.params.use_beam_search and wanted > budget and out.scheduled:
             return None  # beams move together: wait for a step with room for all of them
@@ -217,6 +220,18 @@ class Scheduler:
         for p in plans:
             self._start_seq(request, p, out)
         return wanted
+
+    def _room_to_swap_in(self, request: Request) -> bool:
+        """Whether the pool holds the request's K/V, saved and still to compute, and what every running sequence
+        still needs, each with its next token: restored into the last free blocks, it would be the first victim
+        of the next block a running sequence needs, swapped out again before computing a token (and again,
+        every two steps)."""
+        def blocks_to_grow(seq: Sequence) -> int:
+            held = len(self.kv.block_table(seq.seq_id)) if self.kv.has_seq(seq.seq_id) else 0
+            return max(0, blocks_needed(len(seq.token_ids) + 1, self.kv.block_size) - held)
+
+        running = [s for r in self.running for s in r.live_seqs]
+        return sum(map(blocks_to_grow, running + request.live_seqs)) <= self.kv.num_free_blocks
 
     def _plan_admission(self, request: Request, budget: int) -> list["Admission"]:
         plans = []

@@ -37,6 +37,10 @@ class FakeKV:
         self.tokens[seq_id] = have + num_new_tokens
         return Allocation([], copies)
 
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_blocks)
+
     def _take(self) -> int:
         block = self.free_blocks.pop(0)
         self.refs[block] = 1

@@ -108,11 +108,15 @@ def test_swap_saves_the_victims_kv_and_restores_it_before_its_next_token():
     assert names(out.preempted) == ["b"] and sched.swap.saved == {b_id: ([1, 2], 8)}
     assert b.seqs[0].num_computed == 8 and not sched.kv.has_seq(b_id)  # K/V kept aside, blocks given back
     sched.update(out, sampled(out))
-    assert step(sched, finish=("a",)) == [("a", 0, 1)]  # b comes back in this step: restored at once
-    assert sched.swap.restored == [(b_id, [2, 1])] and len(sched.swap) == 0  # freed tail first, reused in that order
-    assert names(sched.running) == ["b"] and a.finished
+    # b's K/V would fit in a's step, but not with its 9th token beside a's next: restored there, it would be
+    # swapped out again at once. It waits for a to end.
+    assert step(sched, finish=("a",)) == [("a", 0, 1)]
+    assert sched.swap.restored == [] and a.finished
+    assert step(sched) == []  # b comes back in this step, restored at once
+    assert sched.swap.restored == [(b_id, [2, 1])] and len(sched.swap) == 0 and names(sched.running) == ["b"]
     assert step(sched) == [("b", 0, 1)]  # its pending token, against the restored K/V
     assert b.seqs[0].num_computed == 9
+
 
 
 def test_recompute_readmits_prompt_and_output_so_far():
