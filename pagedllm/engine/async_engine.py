@@ -196,8 +196,6 @@ class AsyncEngine:
                 pending[0] = 0
 
         def add(engine: EngineProtocol) -> None:
-            with self._cond:
-                self._added_unseen += pending[0]
             no_longer_pending()
             added: list[str] = []
             try:
@@ -210,6 +208,8 @@ class AsyncEngine:
                 raise
             for request_id in added:
                 self._streams[request_id] = stream
+            with self._cond:
+                self._added_unseen += len(added)
 
         for request_id, _ in requests:
             stream.expect(request_id)
