@@ -9,6 +9,7 @@ import torch
 
 from pagedllm.errors import ModelLoadError
 from pagedllm.model.config import ModelConfig, config_from_gguf_metadata
+from pagedllm.model.gguf_file import GGUFFile, GGUFTensor
 from pagedllm.model.stored_blocks import StoredBlocks
 
 # GGUF tensor name -> HF name; "{n}" is the layer index.
@@ -98,15 +99,13 @@ def read_gguf_with_blocks(
     return config, state_dict, blocks
 
 
-def open_gguf(path: Path) -> Any:
-    from gguf import GGUFReader
-
+def open_gguf(path: Path) -> GGUFFile:
     with open(path, "rb") as f:
         if f.read(4) != b"GGUF":
             raise ModelLoadError(f"{path} is not a GGUF file (no GGUF magic) and not a model directory")
     try:
-        reader = GGUFReader(path)
-    except Exception as exc:  # the reader raises ValueError, KeyError, struct errors... on bad files
+        reader = GGUFFile(path)
+    except Exception as exc:  # ValueError, UnicodeDecodeError... on bad files
         size = path.stat().st_size
         raise ModelLoadError(
             f"{path} ({size} bytes) is a corrupt or truncated GGUF file; re-download it (reader said: {exc})"
@@ -118,22 +117,17 @@ def open_gguf(path: Path) -> Any:
     return reader
 
 
-def read_metadata(reader: Any) -> dict[str, Any]:
+def read_metadata(reader: GGUFFile) -> dict[str, Any]:
     """Scalar and string fields as Python values; arrays as lists except the big tokenizer tables (lengths)."""
-    meta: dict[str, Any] = {}
-    for key, field in reader.fields.items():
-        if key.startswith("tokenizer.ggml.") and len(field.data) > 1:
-            meta[key] = range(len(field.data))  # only the length is needed here
-            continue
-        meta[key] = field.contents()
-    return meta
+    return {key: range(len(value)) if key.startswith("tokenizer.ggml.") and isinstance(value, list) else value
+            for key, value in reader.metadata.items()}  # only the tables' lengths are needed here
 
 
-def dequantize(tensor: Any, path: Path) -> np.ndarray:
+def dequantize(tensor: GGUFTensor, path: Path) -> np.ndarray:
     """float32 array in PyTorch order [out, in] (GGUF lists dims innermost first)."""
     from gguf.quants import dequantize as gguf_dequantize
 
-    shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))
+    shape = tuple(reversed(tensor.shape))
     try:
         array = gguf_dequantize(tensor.data, tensor.tensor_type).reshape(shape)
         return np.require(array, np.float32, ["C_CONTIGUOUS", "WRITEABLE"])  # F32 tensors arrive as read-only views
