@@ -90,12 +90,15 @@ def read_gguf_with_blocks(
             if tensor.name == "rope_freqs.weight":
                 raise ModelLoadError(f"{path}: rope_freqs tensors (Llama-3.1 rope scaling in GGUF) are not supported")
             raise ModelLoadError(f"{path}: unsupported tensor {tensor.name!r} for architecture {config.architecture}")
-        array = dequantize(tensor, path)
-        state_dict[name] = torch.from_numpy(_restore_rows(name, array, config))
         kind = {Q.Q4_1: "q4_1", Q.Q8_0: "q8_0"}.get(tensor.tensor_type)
-        if keep_blocks and kind is not None and array.ndim == 2:
-            stored = StoredBlocks.from_gguf(tensor.data, kind, *array.shape)
-            blocks[name] = stored.take_rows(_restore_rows(name, np.arange(array.shape[0]), config))
+        if kind is not None and len(tensor.shape) == 2:  # the blocks' own dequantization: gguf's, in half the time
+            stored = StoredBlocks.from_gguf(tensor.data, kind, tensor.shape[1], tensor.shape[0])
+            array = stored.dequantized().numpy()
+            if keep_blocks:
+                blocks[name] = stored.take_rows(_restore_rows(name, np.arange(array.shape[0]), config))
+        else:
+            array = dequantize(tensor, path)
+        state_dict[name] = torch.from_numpy(_restore_rows(name, array, config))
     return config, state_dict, blocks
 
 
