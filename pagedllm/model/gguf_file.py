@@ -89,6 +89,9 @@ class GGUFFile:
         return self._unpack(_SCALARS[kind])[0]
 
     def _array(self, kind: int, count: int) -> list:
+        smallest = {_STRING: 8, _ARRAY: 12}.get(kind, 1)  # bytes an element takes at least
+        if count * smallest > len(self._data) - self._pos:
+            raise ValueError(f"the file ends before the {count} elements of an array")
         if kind in _NUMPY:  # one read for the whole array
             size = np.dtype(_NUMPY[kind]).itemsize * count
             if self._pos + size > len(self._data):

@@ -30,6 +30,7 @@ def test_gguf_file_reads_what_gguf_reader_reads(tmp_path, model_type, qtype):
     (lambda data: data[:3000], "ends"),  # inside the header (the tokenizer's tables)
     (lambda data: data[:-100], "past the file's end"),  # inside the last tensor
     (lambda data: data[:4] + (1).to_bytes(4, "little") + data[8:], "v2 or v3"),
+    (lambda data: data[:16] + (2**40).to_bytes(8, "little") + data[24:], "ends"),  # 2^40 fields: no long loop
 ])  # fmt: skip
 def test_bad_files_raise(tmp_path, change, message):
     path = write_gguf(make_hf_model("llama"), tmp_path / "m.gguf", Q.F32, tokenizer=make_tiny_tokenizer())
