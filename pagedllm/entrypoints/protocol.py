@@ -90,7 +90,10 @@ class _SamplingFields(_Body):
             return None
         if bad := [key for key in self.logit_bias if not (key.isascii() and key.isdigit())]:
             raise InvalidInputError(f"logit_bias keys must be token ids (integers as strings), got {bad[:3]}")
-        return {int(key): value for key, value in self.logit_bias.items()}
+        bias = {int(key): value for key, value in self.logit_bias.items()}
+        if len(bias) < len(self.logit_bias):  # "1" and "01"
+            raise InvalidInputError("logit_bias names a token id twice")
+        return bias
 
 
 class CompletionRequest(_SamplingFields):

@@ -24,6 +24,10 @@ def render_chat(tokenizer: Any, messages: list[dict[str, Any]], add_generation_p
 
     if hasattr(tokenizer, "chat_template") and tokenizer.chat_template is None:  # (a transformers tokenizer)
         raise InvalidInputError("messages: this model has no chat template; send a prompt to /v1/completions")
+    if reserved := sorted(set(template_kwargs or {}) & _call_parameters(tokenizer)):
+        raise InvalidInputError(f"chat_template_kwargs may not set {', '.join(reserved)}: the template call's own "
+                                "parameters (add_generation_prompt and continue_final_message are fields of the "
+                                "request)")
     if add_generation_prompt and continue_final_message:
         raise InvalidInputError("continue_final_message cannot be combined with add_generation_prompt (set it "
                                 "to false)")
@@ -38,6 +42,14 @@ def render_chat(tokenizer: Any, messages: list[dict[str, Any]], add_generation_p
     except Exception as exc:
         raise InvalidInputError(f"messages: the model's chat template could not render these messages: "
                                 f"{type(exc).__name__}: {exc}") from None
+
+
+def _call_parameters(tokenizer: Any) -> set[str]:
+    """The named parameters of the tokenizer's apply_chat_template (what template kwargs must not override)."""
+    import inspect
+
+    parameters = inspect.signature(tokenizer.apply_chat_template).parameters.values()
+    return {p.name for p in parameters if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
 
 
 def _template_message(message: dict[str, Any]) -> dict[str, Any]:

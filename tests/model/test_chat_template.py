@@ -64,6 +64,12 @@ def test_the_templates_own_problems_are_named(template, message):
         render_chat(broken, [{"role": "user", "content": "hi"}])
 
 
+@pytest.mark.parametrize("kwargs", [{"add_generation_prompt": False}, {"tokenize": True}, {"continue_final_message": 1}])
+def test_template_kwargs_may_not_set_the_calls_own_parameters(tokenizer, kwargs):
+    with pytest.raises(InvalidInputError, match=f"chat_template_kwargs may not set {next(iter(kwargs))}"):
+        render_chat(tokenizer, [{"role": "user", "content": "hi"}], template_kwargs=kwargs)
+
+
 def test_template_kwargs_and_message_fields_reach_the_template():
     custom = make_tiny_tokenizer()
     custom.chat_template = "{% for m in messages %}{{ m.role }}/{{ m.name }}:{{ m.content }};{% endfor %}{{ flavour }}"

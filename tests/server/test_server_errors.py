@@ -49,6 +49,9 @@ CASES = [
     ("/v1/chat/completions", {"messages": MSG, "response_format": {"type": "json_object"}}, 400, "response_format"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400, "messages"),
     ("/v1/completions", {"prompt": "x", "logit_bias": {"five": 1.0}}, 400, "logit_bias"),
+    ("/v1/completions", {"prompt": "x", "logit_bias": {"1": 5, "01": -5}}, 400, "logit_bias"),
+    ("/v1/chat/completions", {"messages": MSG, "chat_template_kwargs": {"tokenize": False}}, 400,
+     "chat_template_kwargs"),
     # vLLM extras this server does not take are refused, not dropped as unknown fields
     ("/v1/completions", {"prompt": "x", "use_beam_search": True, "n": 2}, 400, "use_beam_search"),
     ("/v1/completions", {"prompt": "x", "prompt_logprobs": 1}, 400, "prompt_logprobs"),
