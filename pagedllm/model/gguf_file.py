@@ -20,7 +20,7 @@ DEFAULT_ALIGNMENT = 32
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _NUMPY = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?", 10: "<u8", 11: "<i8",
           12: "<f8"}  # fmt: skip
-_STRING, _ARRAY = 8, 9
+_UINT32, _STRING, _ARRAY = 4, 8, 9
 # element types stored as themselves; every other type is blocks of bytes
 _PLAIN = {GGMLQuantizationType.F16: np.float16, GGMLQuantizationType.F32: np.float32,
           GGMLQuantizationType.F64: np.float64, GGMLQuantizationType.I8: np.int8, GGMLQuantizationType.I16: np.int16,
@@ -51,11 +51,15 @@ class GGUFFile:
         for _ in range(num_fields):
             key = self._string()
             (kind,) = self._unpack("<I")
+            if key in self.metadata:
+                raise ValueError(f"the key {key!r} appears twice")
+            if key == "general.alignment" and kind != _UINT32:
+                raise ValueError(f"general.alignment must be a uint32, got value type {kind}")
             self.metadata[key] = self._value(kind)
         infos = [self._tensor_info() for _ in range(num_tensors)]
         alignment = self.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
-        if not isinstance(alignment, int) or alignment <= 0:
-            raise ValueError(f"general.alignment must be a positive integer, got {alignment!r}")
+        if alignment <= 0 or alignment & (alignment - 1):
+            raise ValueError(f"general.alignment must be a power of two, got {alignment}")
         self.alignment = alignment
         self.data_offset = -(-self._pos // alignment) * alignment
         self.tensors = [self._tensor(*info) for info in infos]

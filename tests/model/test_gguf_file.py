@@ -1,5 +1,7 @@
 """GGUFFile reads what gguf's GGUFReader reads (metadata, tensor types, shapes, offsets and bytes), and refuses
-files that are not GGUF v2/v3 or end early."""
+files that are not GGUF v2/v3, end early, repeat a key or give a bad alignment."""
+
+import struct
 
 import numpy as np
 import pytest
@@ -35,5 +37,26 @@ def test_gguf_file_reads_what_gguf_reader_reads(tmp_path, model_type, qtype):
 def test_bad_files_raise(tmp_path, change, message):
     path = write_gguf(make_hf_model("llama"), tmp_path / "m.gguf", Q.F32, tokenizer=make_tiny_tokenizer())
     path.write_bytes(change(path.read_bytes()))
+    with pytest.raises(ValueError, match=message):
+        GGUFFile(path)
+
+
+def _header(fields: list[tuple[str, int, bytes]]) -> bytes:
+    """A GGUF v3 file with these (key, value type, value bytes) fields and no tensors."""
+    out = b"GGUF" + struct.pack("<IQQ", 3, 0, len(fields))
+    for key, kind, value in fields:
+        out += struct.pack("<Q", len(key)) + key.encode() + struct.pack("<I", kind) + value
+    return out
+
+
+@pytest.mark.parametrize("fields,message", [
+    ([("a", 4, struct.pack("<I", 1)), ("a", 4, struct.pack("<I", 2))], "appears twice"),
+    ([("general.alignment", 7, b"\x01")], "must be a uint32"),  # a bool
+    ([("general.alignment", 4, struct.pack("<I", 48))], "power of two"),
+    ([("general.alignment", 4, struct.pack("<I", 0))], "power of two"),
+])  # fmt: skip
+def test_duplicate_keys_and_bad_alignments_raise(tmp_path, fields, message):
+    path = tmp_path / "m.gguf"
+    path.write_bytes(_header(fields))
     with pytest.raises(ValueError, match=message):
         GGUFFile(path)
