@@ -53,6 +53,14 @@ def test_size_2_prompt_logprobs_are_size_1s(single, pair) -> None:
             assert list(x.top.values()) == pytest.approx(list(y.top.values()), abs=1e-4)
 
 
+def test_size_2_applies_logit_bias_as_size_1(single, pair) -> None:
+    params = [SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True, logit_bias={77: 100.0}),
+              SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True, logit_bias={5: 3.0, 9: -100.0})]
+    one, two = (completions(llm, PROMPTS[:2], params) for llm in (single, pair))
+    assert one[0][0][0] == [77] * 6  # the biased row's pick: forced
+    assert same_completions(two, one)
+
+
 def test_one_tensor_parallel_engine_per_process(tiny_llama_dir, pair) -> None:
     with pytest.raises(InvalidInputError, match="already running in this process"):
         make_llm(tiny_llama_dir, 2)
