@@ -77,33 +77,24 @@ class _View:
             return None
         return completion_logprobs(entries, self.text_of, offset)
 
-    def _echo_logprobs(self, output: RequestOutput) -> dict[str, Any] | None:
+    def _echo(self, prompt_index: int, output: RequestOutput) -> tuple[str, dict[str, Any] | None, int]:
+        """The echoed prompt: its text, its logprobs (when asked for) and where its completions' text_offset
+        starts, counted as the prompt's offsets count it (its tokens' texts, which differ from the prompt's
+        where a token splits a character)."""
+        text = self._prompt_text(prompt_index, output)
         if output.prompt_logprobs is None:
-            return None
-        return prompt_logprobs(output.prompt_token_ids, output.prompt_logprobs, self.text_of)
-
-    def _completion_offset(self, echoed: str, output: RequestOutput) -> int:
-        """Where the completion's text_offset starts: after the echoed prompt, counted as the prompt's offsets
-        count it (its tokens' texts, which differ from the prompt's where a token splits a character)."""
-        prompt = self._echo_logprobs(output) if echoed else None
-        return len(echoed) if prompt is None else sum(map(len, prompt["tokens"]))
-
-    def _choice_logprobs(self, output: RequestOutput, entries: list | None, offset: int) -> dict[str, Any] | None:
-        """The completion's logprobs, after the echoed prompt's where it was echoed."""
-        completion, prompt = self._logprobs(entries, offset), self._echo_logprobs(output)
-        if completion is None or prompt is None:
-            return completion
-        return {key: prompt[key] + completion[key] for key in completion}
+            return text, None, len(text)
+        logprobs = prompt_logprobs(output.prompt_token_ids, output.prompt_logprobs, self.text_of)
+        return text, logprobs, sum(map(len, logprobs["tokens"]))
 
     def response(self, finals: list[RequestOutput]) -> dict[str, Any]:
         choices, completion_tokens = [], 0
         for prompt_index, output in enumerate(finals):
-            prefix = self._prompt_text(prompt_index, output) if self.body.echo else ""
-            offset = self._completion_offset(prefix, output)
+            prefix, echoed, offset = self._echo(prompt_index, output) if self.body.echo else ("", None, 0)
             for c in output.outputs:
                 completion_tokens += len(c.token_ids)
                 choices.append({"index": prompt_index * self.n + c.index, "text": prefix + c.text,
-                                "logprobs": self._choice_logprobs(output, c.logprobs, offset),
+                                "logprobs": _after_echo(echoed, self._logprobs(c.logprobs, offset)),
                                 "finish_reason": c.finish_reason, "stop_reason": c.stop_reason})
         choices.sort(key=lambda choice: choice["index"])
         prompt_tokens = sum(len(o.prompt_token_ids) for o in finals)
@@ -120,8 +111,7 @@ class _View:
             chunk["usage"] = None
         return chunk
 
-    def _echo_chunks(self, prompt_index: int, output: RequestOutput) -> list[str]:
-        text, logprobs = self._prompt_text(prompt_index, output), self._echo_logprobs(output)
+    def _echo_chunks(self, prompt_index: int, text: str, logprobs: dict[str, Any] | None) -> list[str]:
         return [sse.event(self._with_usage_field(self._envelope([
             {"index": prompt_index * self.n + i, "text": text, "logprobs": logprobs, "finish_reason": None}])))
             for i in range(self.n)]
@@ -134,8 +124,8 @@ class _View:
             async for output in self.submission.outputs():
                 prompt_index = self.submission.prompt_index(output)
                 if self.body.echo and prompt_index not in echoed and _prompt_logprobs_done(output):
-                    echoed[prompt_index] = self._completion_offset(self._prompt_text(prompt_index, output), output)
-                    for chunk in self._echo_chunks(prompt_index, output):
+                    text, logprobs, echoed[prompt_index] = self._echo(prompt_index, output)
+                    for chunk in self._echo_chunks(prompt_index, text, logprobs):
                         yield chunk
                 for delta in tracker.deltas(prompt_index, output):
                     yield sse.event(self._chunk(delta, echoed.get(prompt_index, 0)))
@@ -149,6 +139,13 @@ class _View:
         finally:
             self.submission.abort_unfinished()
         yield sse.DONE
+
+
+def _after_echo(echoed: dict[str, Any] | None, completion: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A completion's logprobs, after the echoed prompt's where they were asked for."""
+    if completion is None or echoed is None:
+        return completion
+    return {key: echoed[key] + completion[key] for key in completion}
 
 
 def _prompt_logprobs_done(output: RequestOutput) -> bool:
