@@ -10,6 +10,7 @@ what it computed before); a recomputed chunk adds only the entries it did not ha
 
 import torch
 
+from pagedllm.engine.device import to_device, to_host
 from pagedllm.engine.outputs import TokenLogprob
 from pagedllm.engine.step import ScheduledSeq
 from pagedllm.engine.step_logits import StepLogits
@@ -40,11 +41,14 @@ def record_prompt_logprobs(scheduled: list[ScheduledSeq], rows: list[range], log
 
 
 def token_logprobs(logits: torch.Tensor, targets: list[int], k: int) -> list[TokenLogprob]:
-    """Per row of float32 logits [rows, vocab]: the target token's logprob and the top-k (raw log-softmax)."""
+    """Per row of float32 logits [rows, vocab]: the target token's logprob and the top-k (raw log-softmax).
+    The targets cross to the device in one copy and the results come back in one, as the sampler's do."""
     logprobs = torch.log_softmax(logits.float(), dim=-1)
-    chosen = logprobs.gather(1, torch.tensor(targets, device=logprobs.device).unsqueeze(1)).squeeze(1).tolist()
-    top_values, top_ids = logprobs.topk(k, dim=-1) if k > 0 else (logprobs[:, :0], logprobs[:, :0].long())
-    return [
-        TokenLogprob(target, value, dict(zip(ids, values)))
-        for target, value, ids, values in zip(targets, chosen, top_ids.tolist(), top_values.tolist())
-    ]
+    index = to_device(torch.tensor(targets, dtype=torch.long), logprobs.device, "sampling rows")
+    top_values, top_ids = logprobs.topk(k, dim=-1)
+    # float64 holds the ids exactly and the float32 logprobs unchanged
+    parts = [logprobs.gather(1, index[:, None]).double(), top_values.double(), top_ids.double()]
+    host = to_host(torch.cat(parts, dim=1), "prompt logprobs")
+    chosen, values, ids = host[:, 0].tolist(), host[:, 1 : 1 + k].tolist(), host[:, 1 + k :].long().tolist()
+    return [TokenLogprob(target, value, dict(zip(row_ids, row_values)))
+            for target, value, row_ids, row_values in zip(targets, chosen, ids, values)]  # fmt: skip
