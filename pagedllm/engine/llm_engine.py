@@ -15,7 +15,7 @@ from pagedllm.config import EngineConfig
 from pagedllm.engine.device import resolve_device
 from pagedllm.engine.kv_snapshot import kv_snapshot
 from pagedllm.engine.executor import LocalExecutor
-from pagedllm.engine.model_runner import ModelRunner, SeqInput
+from pagedllm.engine.model_runner import ModelRunner, SeqInput, block_bytes
 from pagedllm.engine.prompt_logprobs import prompt_rows, record_prompt_logprobs
 from pagedllm.engine.output_stage import OutputStage
 from pagedllm.engine.outputs import RequestOutput
@@ -308,15 +308,13 @@ class LLMEngine:
         return executor, model_config
 
     def _log_capacity(self) -> None:
-        from pagedllm.attention import kv_cache_bytes_per_block
-
         dtype = describe_dtype(self.config.dtype, self.dtype, self.device)
         streamed, packed = self.model.count_streamed_blocks()
         blocks = f" (small batches stream the GGUF's blocks of {streamed} of {packed} weights)"
         logger.info("device %s; dtype %s; matmul %s%s; attention %s", self.device, dtype,
                     describe_matmul(self.dtype, self.device), blocks if streamed else "", self.runner.attention_impl)
         mc, kv = self.runner.config, self.kv  # a tensor-parallel rank's own KV heads
-        per_block = kv_cache_bytes_per_block(mc.num_layers, kv.block_size, mc.num_kv_heads, mc.head_dim, self.dtype)
+        per_block = block_bytes(mc, kv.block_size, self.dtype)
         logger.info(
             "KV pool: %d blocks x %d tokens = %d tokens (%.0f MiB %s); %d requests of the max length %d fit at once",
             kv.num_blocks,
@@ -359,7 +357,7 @@ def _eos_ids(model_config, tokenizer) -> set[int]:
     ids = set(model_config.eos_token_ids)
     if tokenizer.eos_token_id is not None:
         ids.add(tokenizer.eos_token_id)
-    if outside := sorted(i for i in ids if not 0 <= i < model_config.vocab_size):
-        logger.warning("end-of-sequence ids %s are outside the vocabulary of %d; ignored", outside,
+    if outside := {i for i in ids if not 0 <= i < model_config.vocab_size}:
+        logger.warning("end-of-sequence ids %s are outside the vocabulary of %d; ignored", sorted(outside),
                        model_config.vocab_size)
-    return {i for i in ids if 0 <= i < model_config.vocab_size}
+    return ids - outside

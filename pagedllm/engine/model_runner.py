@@ -224,10 +224,14 @@ def _triton_on_cpu() -> str:
     raise InvalidInputError("attention impl 'triton' needs a CUDA device (or TRITON_INTERPRET=1 for tests)")
 
 
+def block_bytes(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
+    """One KV block's size: every layer's K and V."""
+    return kv_cache_bytes_per_block(config.num_layers, block_size, config.num_kv_heads, config.head_dim, dtype)
+
+
 def pool_bytes(config: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype) -> int:
     """The KV pool's size: every layer's K and V of num_blocks blocks."""
-    return num_blocks * kv_cache_bytes_per_block(config.num_layers, block_size, config.num_kv_heads, config.head_dim,
-                                                 dtype)
+    return num_blocks * block_bytes(config, block_size, dtype)
 
 
 def check_pool_fits(size: int, what: str = "a KV pool") -> None:
@@ -240,7 +244,7 @@ def check_pool_fits(size: int, what: str = "a KV pool") -> None:
 
 def num_blocks_for_memory(config: ModelConfig, block_size: int, dtype: torch.dtype, budget: str | int) -> int:
     """How many KV blocks fit in a memory budget (all layers, K and V)."""
-    per_block = kv_cache_bytes_per_block(config.num_layers, block_size, config.num_kv_heads, config.head_dim, dtype)
+    per_block = block_bytes(config, block_size, dtype)
     num_blocks = parse_memory_size(budget) // per_block
     if num_blocks < 1:
         raise InvalidInputError(f"KV cache budget {budget} is smaller than one block ({per_block} bytes)")

@@ -90,10 +90,10 @@ def gpu_pool_blocks(
     max_model_len: int,
 ) -> int:
     """Profile the largest step (forward and sampling) on a temporary pool, then size the real pool."""
-    from pagedllm.attention import kv_cache_bytes_per_block
+    from pagedllm.engine.model_runner import block_bytes
 
     mc, block_size = model_config, limits.block_size
-    per_block = kv_cache_bytes_per_block(mc.num_layers, block_size, mc.num_kv_heads, mc.head_dim, dtype)
+    per_block = block_bytes(mc, block_size, dtype)
     lengths = profile_step_lengths(limits.max_num_batched_tokens, limits.max_num_seqs, max_model_len)
     blocks = [-(-n // block_size) for n in lengths]
 
