@@ -26,6 +26,9 @@ class ContiguousPolicy:
     def release(self, req: SimRequest) -> None:
         self.alloc.free(req.seq_id)
 
+    def end_step(self) -> None:
+        pass
+
     def report(self, head: SimRequest | None) -> MemoryReport:
         need = None if head is None else self.alloc.reservation_size(head.prompt_len, head.max_tokens)
         return contiguous_report(self.alloc, need)
@@ -80,6 +83,9 @@ class PagedPolicy:
         self.manager.free(req.seq_id)
         del self._final[req.seq_id]
         self._tokens.pop(req.seq_id, None)
+
+    def end_step(self) -> None:
+        self.manager.step_ran()  # the simulated step "wrote" every block hashed for it
 
     def report(self, head: SimRequest | None) -> MemoryReport:
         return paged_report(self.manager, self.block_size, self._final)

@@ -55,6 +55,7 @@ class Replay:
         self._grow_all()
         self._retire()
         self._admit()
+        self.policy.end_step()
         if not self.running and self.waiting:
             raise RuntimeError(f"{self.policy.name}: request {self.waiting[0].idx} cannot fit an empty pool")
         head = self.waiting[0] if self.waiting else None

@@ -104,3 +104,15 @@ def test_unknown_policy_and_too_long_prompt_are_user_errors():
         simulate([TraceRequest(0, 4, 4)], cfg, ["paged-8"])
     with pytest.raises(InvalidInputError, match="request 0"):
         simulate([TraceRequest(0, 64, 4)], cfg)
+
+
+def test_a_long_prefix_caching_replay_keeps_no_per_step_state():
+    from pagedllm.sim.policies import make_policy
+    from pagedllm.sim.requests import prepare
+    from pagedllm.sim.simulate import Replay
+
+    trace = prepare(synthetic_trace(SyntheticConfig(num_requests=40, seed=3, max_len=256)), 256)
+    cfg = SimConfig(pool_slots=4096, max_len=256, block_sizes=(16,), prefix_block_size=16)
+    replay = Replay(make_policy("prefix-16", cfg), trace, cfg.max_len)
+    assert replay.run().finished == 40
+    assert replay.policy.manager._unwritten == []  # each simulated step "ran": its hashed blocks hold K/V
