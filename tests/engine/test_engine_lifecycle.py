@@ -85,7 +85,11 @@ def test_generation_config_end_tokens_stop_generation(tmp_path, tiny_llama_dir):
                                                                            min_tokens=1))[0]
     first = free.outputs[0].token_ids.index(stop_at)
     assert out.outputs[0].token_ids == free.outputs[0].token_ids[: first + 1]
-    assert out.outputs[0].finish_reason == "stop"
+    # as in vLLM: the model's end tokens other than the tokenizer's are stop tokens, reported as the reason
+    assert (out.outputs[0].finish_reason, out.outputs[0].stop_reason) == ("stop", stop_at)
+    eos = run_all(make_engine(tmp_path / "m"), [[5, 6, 7]], SamplingParams(max_tokens=8, logit_bias={2: 100},
+                                                                           stop_token_ids=[2]))[0]
+    assert (eos.outputs[0].token_ids, eos.outputs[0].finish_reason, eos.outputs[0].stop_reason) == ([2], "stop", None)
 
 
 @pytest.mark.parametrize("min_tokens", [0, 2])
