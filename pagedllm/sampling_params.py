@@ -10,7 +10,10 @@ from pagedllm.errors import InvalidInputError
 MAX_LOGPROBS = 20
 MAX_LOGIT_BIAS = 100  # as OpenAI bounds it
 # Temperature divides float32 logits: outside these bounds (0 apart) the quotient overflows or underflows.
+# Temperature and repetition penalty divide float32 logits: past these bounds the quotient overflows or underflows
+# float32 and sampling turns to NaN.
 MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-6, 1e6
+MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY = 1e-6, 1e6
 MAX_TOP_K = 2**31 - 1  # larger is "every token" anyway; the sampler keeps top_k in 64-bit tensors
 EarlyStopping = bool | Literal["never"]
 
@@ -142,8 +145,8 @@ class SamplingParams:
         for name in ("presence_penalty", "frequency_penalty"):
             value = getattr(self, name)
             _check(-2.0 <= value <= 2.0, name, "must be in [-2, 2]", value)
-        _check(self.repetition_penalty > 0.0, "repetition_penalty", "must be > 0",
-               self.repetition_penalty)
+        _check(MIN_REPETITION_PENALTY <= self.repetition_penalty <= MAX_REPETITION_PENALTY, "repetition_penalty",
+               f"must be in [{MIN_REPETITION_PENALTY:g}, {MAX_REPETITION_PENALTY:g}]", self.repetition_penalty)
 
     def _check_logit_bias(self) -> None:
         bias = self.logit_bias

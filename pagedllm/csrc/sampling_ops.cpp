@@ -178,33 +178,39 @@ int64_t bin_reaching(const TruncationScratch& s, int64_t n, double mass) {
   return kBins - 1;
 }
 
-// The last bin whose tokens the rules may keep (one further for rounding): top_k's count reached, top_p's mass (of
-// every token: at least that of the first top_k) reached, min_p's distance passed. Where top_p applies after top_k
-// the first top_k are all candidates: their sum normalises the probabilities top_p adds.
+// The last bin whose tokens the rules may keep (one further for rounding): min_p's distance passed, top_k's count
+// reached, top_p's mass (of every token: at least that of those min_p and top_k leave) reached. Where top_p follows
+// min_p or top_k, all the tokens those leave are candidates: their sum normalises the probabilities top_p adds.
 int64_t last_bin(const TruncationScratch& s, const Truncation& c, double total) {
   constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+  const int64_t by_ratio = c.min_p > 0.0f ? bin_of(-std::log(c.min_p)) : kBins - 1;
   const int64_t by_count = c.top_k > 0 ? bin_reaching(s, c.top_k, HUGE_VAL) : kBins - 1;
   const int64_t by_mass = c.top_p < 1.0f ? bin_reaching(s, kNever, c.top_p * total) : kBins - 1;
-  const int64_t by_ratio = c.min_p > 0.0f ? bin_of(-std::log(c.min_p)) : kBins - 1;
-  int64_t last = std::min({by_count, by_mass, by_ratio});
-  if (c.top_k > 0 && c.top_p < 1.0f) last = std::max(last, by_count);
-  return std::min(kBins - 1, last + 1);
+  const int64_t left = std::min(by_ratio, by_count);
+  const bool renormalised = c.top_p < 1.0f && (c.min_p > 0.0f || c.top_k > 0);
+  return std::min(kBins - 1, (renormalised ? left : std::min(left, by_mass)) + 1);
 }
 
-// How many of the ranked candidates the rules keep (at least the first).
+// How many of the ranked candidates the rules keep (at least the first), in vLLM's order: min-p on the whole
+// distribution, then top-k, then top-p over the probabilities renormalised among what those two leave.
 int64_t kept_count(const std::vector<Candidate>& ranked, const Truncation& c, int64_t vocab, float top, double total) {
   int64_t kept = static_cast<int64_t>(ranked.size());
-  if (c.top_k > 0 && c.top_k < vocab) {  // probabilities among the first top_k (all candidates where top_p applies)
-    kept = std::min(kept, c.top_k);
+  if (c.min_p > 0.0f) {
+    const double floor = c.min_p * fast_exp(ranked[0].logit - top);
+    int64_t above = 1;
+    while (above < kept && !(fast_exp(ranked[above].logit - top) < floor)) ++above;
+    kept = above;
+  }
+  if (c.top_k > 0) kept = std::min(kept, c.top_k);
+  if (c.top_p >= 1.0f) return kept;
+  if (c.min_p > 0.0f || (c.top_k > 0 && c.top_k < vocab)) {
     total = 0.0;
     for (int64_t r = 0; r < kept; ++r) total += fast_exp(ranked[r].logit - top);
   }
-  const double first = fast_exp(ranked[0].logit - top) / total;
   double before = 0.0;
   for (int64_t r = 0; r < kept; ++r) {
-    const double p = fast_exp(ranked[r].logit - top) / total;
-    if ((c.top_p < 1.0f && !(before < c.top_p)) || p < c.min_p * first) return std::max<int64_t>(r, 1);
-    before += p;
+    if (!(before < c.top_p)) return std::max<int64_t>(r, 1);
+    before += fast_exp(ranked[r].logit - top) / total;
   }
   return kept;
 }

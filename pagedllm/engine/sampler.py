@@ -1,7 +1,8 @@
 """Sampler: turns one step's logits into one token per row (plus beam-search candidates).
 
 Order per row: logit bias -> penalties -> min_tokens masking -> (greedy argmax) or
-temperature -> top-k -> top-p -> min-p -> inverse-CDF draw.
+temperature -> min-p -> top-k -> top-p (renormalised among what min-p and top-k leave, as vLLM
+orders them) -> inverse-CDF draw.
 
 Logprobs (the chosen token's and the top-k alternatives) come from the
 log-softmax of the raw model logits, before penalties, temperature and
@@ -221,7 +222,7 @@ def _compiled_draws(logits: torch.Tensor, rows: list[SamplingRow], u: torch.Tens
                torch.tensor([p.top_k for p in params], dtype=torch.long),
                torch.tensor([p.top_p for p in params], dtype=torch.float32),
                torch.tensor([p.min_p for p in params], dtype=torch.float32))  # fmt: skip
-    # a temperature or top-p that float32 rounds to 0 or inf (the Python API bounds neither) is torch's to handle
+    # a top-p that float32 rounds to 0 (SamplingParams bounds only the temperature's range) is torch's to handle
     temperature, _, top_p, _ = columns
     fits = (temperature > 0) & temperature.isfinite() & (top_p > 0)
     if bool(fits.all()):
@@ -233,7 +234,7 @@ def _compiled_draws(logits: torch.Tensor, rows: list[SamplingRow], u: torch.Tens
 
 
 def _truncated_probs(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
-    """Softmax after top-k, top-p and min-p truncation.
+    """Softmax after min-p, top-k and top-p truncation.
 
     Rows without top-k/top-p skip the sort. The path depends only on the row's
     own params, so a seeded row computes the same probs whatever its neighbours.
@@ -261,19 +262,21 @@ def _min_p(probs: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
 
 
 def _sorted_truncation(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
-    """top-k, then top-p on the renormalised rest, then min-p; in sorted order, then unsorted."""
+    """In vLLM's order: min-p on the whole distribution, top-k, then top-p over the probabilities renormalised
+    among what those leave; in sorted order, then unsorted."""
     sorted_logits, order = logits.sort(dim=-1, descending=True, stable=True)  # [M, V]
     vocab = logits.shape[1]
+    whole = sorted_logits.softmax(dim=-1)
+    min_p = _column(rows, list(range(len(rows))), "min_p", whole)
     top_k = to_device(torch.tensor([r.params.top_k or vocab for r in rows]), logits.device, "sampling params")
     ranks = torch.arange(vocab, device=logits.device)[None, :]
-    sorted_logits = sorted_logits.masked_fill(ranks >= top_k[:, None], float("-inf"))
-    probs = sorted_logits.softmax(dim=-1)
+    keep = (whole >= min_p * whole[:, :1]) & (ranks < top_k[:, None])
+    probs = sorted_logits.masked_fill(~keep, float("-inf")).softmax(dim=-1)
     top_p = _column(rows, list(range(len(rows))), "top_p", probs)
-    # drop a token when the mass before it already reaches top_p (the first token always stays)
+    # drop a token when the mass before it already reaches top_p; top_p=1 must not drop float32-rounding tails
     before = probs.cumsum(dim=-1) - probs
-    keep = (before < top_p) | (top_p >= 1.0)  # top_p=1 must not drop float32-rounding tails
-    min_p = _column(rows, list(range(len(rows))), "min_p", probs)
-    keep &= probs >= min_p * probs[:, :1]
+    keep &= (before < top_p) | (top_p >= 1.0)
+    keep[:, 0] = True  # the first token always stays, even where top_p rounds to 0 in float32
     probs = torch.where(keep, probs, torch.zeros_like(probs))
     return torch.zeros_like(probs).scatter_(1, order, probs)
 

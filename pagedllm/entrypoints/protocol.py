@@ -12,14 +12,13 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from pagedllm.errors import InvalidInputError
-from pagedllm.sampling_params import MAX_TEMPERATURE, SamplingParams
+from pagedllm.sampling_params import MAX_REPETITION_PENALTY, MAX_TEMPERATURE, MIN_REPETITION_PENALTY, SamplingParams
 
 Prompt = str | list[int] | list[str] | list[list[int]]  # the batch forms are capped in prompts()
 Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
-# Temperature and repetition penalty divide float32 logits: past these bounds the quotient
-# overflows or underflows float32 and sampling turns to NaN.
+# SamplingParams' bounds, checked where the request is parsed so that the error names the JSON field
 Temperature = Annotated[float, Field(ge=0.0, le=MAX_TEMPERATURE)]
-RepetitionPenalty = Annotated[float, Field(ge=1e-6, le=1e6)]
+RepetitionPenalty = Annotated[float, Field(ge=MIN_REPETITION_PENALTY, le=MAX_REPETITION_PENALTY)]
 # Each stop string is looked for after every token and each prompt becomes an engine request:
 # unbounded lists would let one request slow every step or flood the queue.
 MAX_STOP_STRINGS = 32

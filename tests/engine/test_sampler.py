@@ -78,6 +78,7 @@ def test_top_p_and_min_p_restrict_support():
     assert support(SamplingParams(min_p=0.5)) == {5}  # p6 / p5 = e^-1 < 0.5
     assert support(SamplingParams(min_p=0.3)) == {5, 6}
     assert support(SamplingParams(top_k=2, temperature=3.0)) == {5, 6}
+    assert support(SamplingParams(top_p=1e-50)) == {5}  # 0 in float32: the torch path still keeps the first token
 
 
 def test_sampling_follows_the_distribution():

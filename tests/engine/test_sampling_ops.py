@@ -143,7 +143,8 @@ def near_a_boundary(probs: torch.Tensor, u: torch.Tensor, token: torch.Tensor) -
 
 
 TRUNCATIONS = [{}, {"top_k": 1}, {"top_k": 50}, {"top_p": 0.9}, {"top_p": 0.999}, {"min_p": 0.1},
-               {"top_k": 20, "top_p": 0.5}, {"top_k": 5, "top_p": 0.8, "min_p": 0.05}, {"top_k": 100_000}]  # fmt: skip
+               {"top_k": 20, "top_p": 0.5}, {"top_k": 5, "top_p": 0.8, "min_p": 0.05}, {"top_k": 100_000},
+               {"top_p": 0.5, "min_p": 0.1}, {"top_k": 1000, "top_p": 0.7, "min_p": 0.3}, {"top_p": 0.9, "min_p": 1e-9}]  # fmt: skip
 
 
 @pytest.mark.parametrize("truncation", TRUNCATIONS, ids=str)
@@ -163,6 +164,16 @@ def test_draws_equal_the_torch_paths(kernels, vocab: int, truncation: dict) -> N
     differs = got != expected
     assert not differs[~near_a_boundary(probs, u, expected)].any()
     assert (probs.gather(1, got[:, None]) > 0).all()  # never a masked or truncated token
+
+
+@pytest.mark.parametrize("truncation, kept", [({"top_p": 0.6, "min_p": 0.5}, [0]), ({"top_p": 0.7, "min_p": 0.5}, [0, 1]),
+                                              ({"top_k": 2, "top_p": 0.6}, [0]), ({"top_k": 3, "top_p": 0.6}, [0, 1])])
+def test_min_p_and_top_k_act_before_top_p_as_in_vllm(kernels, truncation: dict, kept: list[int]) -> None:
+    """p = .5, .3, .2: min_p 0.5 leaves .5, .3, renormalised to .625, .375, of which top_p 0.6 keeps the first."""
+    x = torch.log(torch.tensor([[0.5, 0.3, 0.2]])).repeat(400, 1)
+    u = torch.rand(400, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    assert sorted(set(draw(kernels, x, torch.ones(400), u, **truncation).tolist())) == kept
+    assert torch_probs(x[:1], torch.ones(1), truncation).nonzero()[:, 1].tolist() == kept
 
 
 def test_every_token_is_reachable_and_drawn_as_often_as_its_probability(kernels) -> None:

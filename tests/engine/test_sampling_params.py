@@ -50,6 +50,8 @@ def test_stop_ids_include_eos_unless_ignored():
         ({"presence_penalty": 2.5}, "presence_penalty"),
         ({"frequency_penalty": -3}, "frequency_penalty"),
         ({"repetition_penalty": 0.0}, "repetition_penalty"),
+        ({"repetition_penalty": 1e-50}, "repetition_penalty"),  # 0 in float32: seen logits would turn infinite
+        ({"repetition_penalty": float("inf")}, "repetition_penalty"),
         ({"logprobs": 21}, "logprobs"),
         ({"logprobs": -1}, "logprobs"),
         ({"stop": [""]}, "stop"),
