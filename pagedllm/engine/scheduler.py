@@ -119,9 +119,10 @@ class Scheduler:
         return budget
 
     def _wanted_tokens(self, request: Request, budget: int, first: bool) -> dict[Sequence, int]:
-        """Tokens each live sequence would compute this step; beams move together or not at all."""
+        """Tokens each live sequence would compute this step; beams move together or not at all (a beam search's
+        prompt, one sequence yet, chunks like any other)."""
         seqs = [s for s in request.live_seqs if s.num_pending > 0]
-        if request.params.use_beam_search:
+        if request.params.use_beam_search and len(request.live_seqs) > 1:
             total = sum(s.num_pending for s in seqs)
             return {s: s.num_pending for s in seqs} if total <= budget or first else {}
         wanted: dict[Sequence, int] = {}

@@ -217,6 +217,33 @@ def test_chunked_prefill_shares_steps_with_decodes(tiny_llama_dir):
     assert by_id == {"short": 1, "long": 15}
 
 
+def test_a_beam_search_prompt_is_chunked_within_the_step_budget(tiny_llama_dir):
+    """Its one prompt sequence chunks like any other (only live beams move together): it waited behind an older
+    request for a step to itself, then ran the rest of its prompt in one step past the budget."""
+    engine = make_engine(tiny_llama_dir, max_num_batched_tokens=8)
+    steps: list[dict[str, int]] = []
+    schedule = engine.scheduler.schedule
+
+    def recorded():
+        out = schedule()
+        steps.append({s.request.request_id: s.num_new_tokens for s in out.scheduled})
+        return out
+
+    engine.scheduler.schedule = recorded
+    beam = SamplingParams(n=2, use_beam_search=True, beam_width=2, temperature=0.0, max_tokens=3)
+    prompt = random_prompts(1, seed=16, low=60, high=60)[0]
+    engine.add_request("older", random_prompts(1, seed=15, low=5, high=5)[0], SamplingParams(max_tokens=30, **GREEDY))
+    engine.step()
+    engine.add_request("beam", prompt, beam)
+    outputs = {}
+    while engine.has_unfinished_requests():
+        outputs |= {o.request_id: o for o in engine.step() if o.finished}
+    assert max(sum(step.values()) for step in steps) <= 8
+    assert [step.get("beam") for step in steps[1:10]] == [7] * 8 + [4]  # 60 = 8 x 7 + 4, beside the older decode
+    alone = run_all(make_engine(tiny_llama_dir), [prompt], beam)[0]
+    assert [c.token_ids for c in outputs["beam"].outputs] == [c.token_ids for c in alone.outputs]
+
+
 def hf_beam(hf_model, prompt: list[int], width: int, max_new: int, length_penalty: float, early_stopping) -> list[list[int]]:
     with torch.no_grad():
         out = hf_model.generate(
