@@ -59,7 +59,8 @@ class Scheduler:
         if blocks > self.kv.num_blocks:
             raise InvalidInputError(
                 f"request needs up to {blocks} KV blocks ({width} x {per_seq} tokens) but the pool has only "
-                f"{self.kv.num_blocks}; lower max_tokens or n, or give the engine more KV memory"
+                f"{self.kv.num_blocks}; lower {'n' if self.reservations else 'max_tokens or n'}, or give the engine "
+                f"more KV memory"
             )
         return max_total
 
@@ -348,4 +349,9 @@ def _record_token_time(request: Request, now: float) -> None:
 def _reservations(config: EngineConfig, kv: KVCacheManager, max_model_len: int) -> ContiguousReservations | None:
     if config.allocator != "contiguous":
         return None
-    return ContiguousReservations(kv.num_blocks * kv.block_size, max_model_len)
+    num_slots = kv.num_blocks * kv.block_size
+    if max_model_len > num_slots:
+        raise InvalidInputError(
+            f'allocator="contiguous" reserves max_model_len ({max_model_len}) slots for every sequence but the pool '
+            f"holds {num_slots}; lower max_model_len or give the engine more KV memory")
+    return ContiguousReservations(num_slots, max_model_len)

@@ -302,6 +302,13 @@ def test_contiguous_reservation_admits_fewer_but_gives_the_same_tokens(tiny_llam
     assert not fresh.scheduler.reservations.allocator.reservations() and fresh.stats().slots_reserved == 0
 
 
+def test_a_contiguous_pool_too_small_for_one_max_length_run_is_refused_at_construction(tiny_llama_dir):
+    with pytest.raises(InvalidInputError, match=r'allocator="contiguous" reserves max_model_len \(65\) slots for '
+                                                r"every sequence but the pool holds 64; lower max_model_len"):
+        make_engine(tiny_llama_dir, allocator="contiguous", num_blocks=16, max_model_len=65)
+    make_engine(tiny_llama_dir, allocator="contiguous", num_blocks=16, max_model_len=64)
+
+
 def test_warm_up_leaves_the_engine_as_new(tiny_llama_dir):
     engine = make_engine(tiny_llama_dir)
     steps, execute = [], engine.executor.execute
