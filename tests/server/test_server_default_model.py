@@ -27,6 +27,14 @@ def test_default_model_knows_the_capital_of_france(default_model_path) -> None:
             messages=[{"role": "user", "content": "What is the capital of France?"}])
         text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
         assert text == reply.choices[0].message.content
+        # Greek: byte tokens that each hold half a character, so the tokens' texts outnumber the text's characters
+        greek = dict(model=server.model, prompt="Ελληνικά: Η γλώσσα", max_tokens=12, temperature=0, logprobs=0)
+        whole = client.completions.create(**greek).choices[0].logprobs
+        assert "\ufffd" in "".join(whole.tokens)
+        chunks = client.completions.create(**greek, stream=True)
+        streamed_offsets = [o for c in chunks if c.choices and c.choices[0].logprobs
+                            for o in c.choices[0].logprobs.text_offset]
+        assert streamed_offsets == whole.text_offset  # counted by the tokens' texts, streamed or not
     finally:
         server.stop()
 

@@ -100,9 +100,8 @@ class _View:
         prompt_tokens = sum(len(o.prompt_token_ids) for o in finals)
         return {**self._envelope(choices), "usage": sse.usage(prompt_tokens, completion_tokens)}
 
-    def _chunk(self, delta: ChoiceDelta, base: int) -> dict[str, Any]:
-        choice = {"index": delta.index, "text": delta.text,
-                  "logprobs": self._logprobs(delta.logprobs, base + delta.text_offset),
+    def _chunk(self, delta: ChoiceDelta, offset: int) -> dict[str, Any]:
+        choice = {"index": delta.index, "text": delta.text, "logprobs": self._logprobs(delta.logprobs, offset),
                   "finish_reason": delta.finish_reason, "stop_reason": delta.stop_reason}
         return self._with_usage_field(self._envelope([choice]))
 
@@ -118,6 +117,9 @@ class _View:
 
     async def stream(self) -> AsyncIterator[str]:
         tracker, echoed = DeltaTracker(self.n), {}  # prompt index -> its completions' text_offset base
+        # choice index -> its next token's text_offset: counted by the tokens' texts, as the response counts them
+        # (the text sent differs where a token splits a character)
+        offsets: dict[int, int] = {}
         prompt_tokens: dict[int, int] = {}
         completion_tokens: dict[int, int] = {}
         try:
@@ -128,7 +130,11 @@ class _View:
                     for chunk in self._echo_chunks(prompt_index, text, logprobs):
                         yield chunk
                 for delta in tracker.deltas(prompt_index, output):
-                    yield sse.event(self._chunk(delta, echoed.get(prompt_index, 0)))
+                    offset = offsets.get(delta.index, echoed.get(prompt_index, 0))
+                    chunk = self._chunk(delta, offset)
+                    if logprobs := chunk["choices"][0]["logprobs"]:
+                        offsets[delta.index] = offset + sum(map(len, logprobs["tokens"]))
+                    yield sse.event(chunk)
                 prompt_tokens[prompt_index] = len(output.prompt_token_ids)
                 completion_tokens[prompt_index] = sum(len(c.token_ids) for c in output.outputs)
             if self.body.stream_options is not None and self.body.stream_options.include_usage:

@@ -15,12 +15,10 @@ class ChoiceDelta:
     logprobs: list[TokenLogprob] | None
     finish_reason: str | None
     stop_reason: int | str | None
-    text_offset: int  # characters of this choice already sent before `text`
 
 
 @dataclass(slots=True)
 class _Sent:
-    chars: int = 0
     finished: bool = False
     held_tokens: list[int] = field(default_factory=list)  # tokens whose text the engine holds back
     held_logprobs: list[TokenLogprob] = field(default_factory=list)
@@ -50,7 +48,7 @@ class DeltaTracker:
             return None  # tokens whose text is held back (a partial stop string) go out with their text
         logprobs = sent.held_logprobs if completion.logprobs is not None else None
         delta = ChoiceDelta(index, text, sent.held_tokens, logprobs,
-                            completion.finish_reason, completion.stop_reason, sent.chars)
-        sent.chars, sent.finished = sent.chars + len(text), finished
+                            completion.finish_reason, completion.stop_reason)
+        sent.finished = finished
         sent.held_tokens, sent.held_logprobs = [], []
         return delta
