@@ -31,6 +31,7 @@ class _Body(BaseModel):
 
 class StreamOptions(_Body):
     include_usage: bool = False
+    continuous_usage_stats: bool = False  # vLLM's: with include_usage, every chunk carries its usage so far
 
 
 class _SamplingFields(_Body):

@@ -128,6 +128,29 @@ def test_chat_completion_and_stream_agree(server: RunningServer) -> None:
     assert all(c.usage is None for c in chunks[:-1])
 
 
+CONTINUOUS = {"include_usage": True, "continuous_usage_stats": True}
+
+
+def test_continuous_usage_stats_give_every_chunk_its_usage_so_far(server: RunningServer) -> None:
+    client = sync_client(server)
+    prompts = [[72, 105, 33], [72, 105, 33, 40, 41]]
+    whole = client.completions.create(model=server.model, prompt=prompts, n=2, max_tokens=6, temperature=0)
+    chunks = list(client.completions.create(model=server.model, prompt=prompts, n=2, max_tokens=6, temperature=0,
+                                            stream=True, stream_options=CONTINUOUS))
+    so_far: dict[int, int] = {}
+    for chunk in chunks[:-1]:
+        (choice,) = chunk.choices
+        assert chunk.usage.prompt_tokens == len(prompts[choice.index // 2])
+        assert chunk.usage.completion_tokens >= so_far.get(choice.index, 0)
+        so_far[choice.index] = chunk.usage.completion_tokens
+    assert sorted(so_far) == [0, 1, 2, 3]
+    assert sum(so_far.values()) == whole.usage.completion_tokens == chunks[-1].usage.completion_tokens
+    chat = list(client.chat.completions.create(model=server.model, messages=CHAT, max_tokens=5, temperature=0,
+                                               stream=True, stream_options=CONTINUOUS))
+    assert chat[0].usage.completion_tokens == 0 and chat[0].usage.prompt_tokens == chat[-1].usage.prompt_tokens
+    assert chat[-2].usage.completion_tokens == chat[-1].usage.completion_tokens > 0
+
+
 def test_chat_n_and_logprobs(server: RunningServer) -> None:
     r = sync_client(server).chat.completions.create(
         model=server.model, messages=CHAT, max_tokens=6, n=3, logprobs=True, top_logprobs=2, seed=7)

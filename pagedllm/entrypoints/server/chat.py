@@ -57,7 +57,7 @@ class _View:
 
     def __init__(self, body: ChatCompletionRequest, submission: Submission, n: int, text_of: TokenText) -> None:
         self.body, self.submission, self.n, self.text_of = body, submission, n, text_of
-        self.include_usage = body.stream_options is not None and body.stream_options.include_usage
+        self.usage = sse.ChunkUsage(body.stream_options, submission.prompt_lengths)
 
     def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
         return {"id": self.submission.id, "object": obj, "created": self.submission.created,
@@ -75,21 +75,21 @@ class _View:
         usage = sse.usage(len(final.prompt_token_ids), sum(len(c.token_ids) for c in final.outputs))
         return {**self._envelope("chat.completion", choices), "usage": usage}
 
-    def _chunk(self, choice: dict[str, Any]) -> str:
+    def _chunk(self, choice: dict[str, Any], new_tokens: int = 0) -> str:
         chunk = self._envelope("chat.completion.chunk", [choice])
-        if self.include_usage:
-            chunk["usage"] = None
-        return sse.event(chunk)
+        return sse.event(self.usage.stamp(chunk, 0, choice["index"], new_tokens))
 
     def _delta_chunks(self, delta: ChoiceDelta) -> list[str]:
         chunks = []
         if delta.text:
             chunks.append(self._chunk({"index": delta.index, "delta": {"content": delta.text},
-                                       "logprobs": self._logprobs(delta.logprobs), "finish_reason": None}))
+                                       "logprobs": self._logprobs(delta.logprobs), "finish_reason": None},
+                                      len(delta.token_ids)))
         if delta.finish_reason is not None:
             logprobs = None if delta.text else self._logprobs(delta.logprobs)
             chunks.append(self._chunk({"index": delta.index, "delta": {}, "logprobs": logprobs,
-                                       "finish_reason": delta.finish_reason, "stop_reason": delta.stop_reason}))
+                                       "finish_reason": delta.finish_reason, "stop_reason": delta.stop_reason},
+                                      0 if delta.text else len(delta.token_ids)))
         return chunks
 
     async def stream(self) -> AsyncIterator[str]:
@@ -105,7 +105,7 @@ class _View:
                         yield chunk
                 prompt_tokens = len(output.prompt_token_ids)
                 completion_tokens = sum(len(c.token_ids) for c in output.outputs)
-            if self.include_usage:
+            if self.usage.include:
                 yield sse.event({**self._envelope("chat.completion.chunk", []),
                                  "usage": sse.usage(prompt_tokens, completion_tokens)})
         except RequestAborted as exc:

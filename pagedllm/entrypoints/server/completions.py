@@ -61,6 +61,7 @@ class _View:
         self.body, self.submission, self.n, self.text_of = body, submission, n, text_of
         self.engine = submission.engine
         self.prompts = body.prompts()
+        self.usage = sse.ChunkUsage(body.stream_options, submission.prompt_lengths)
 
     def _envelope(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
         return {"id": self.submission.id, "object": "text_completion", "created": self.submission.created,
@@ -103,17 +104,12 @@ class _View:
     def _chunk(self, delta: ChoiceDelta, offset: int) -> dict[str, Any]:
         choice = {"index": delta.index, "text": delta.text, "logprobs": self._logprobs(delta.logprobs, offset),
                   "finish_reason": delta.finish_reason, "stop_reason": delta.stop_reason}
-        return self._with_usage_field(self._envelope([choice]))
-
-    def _with_usage_field(self, chunk: dict[str, Any]) -> dict[str, Any]:
-        if self.body.stream_options is not None and self.body.stream_options.include_usage:
-            chunk["usage"] = None
-        return chunk
+        return self.usage.stamp(self._envelope([choice]), delta.index // self.n, delta.index, len(delta.token_ids))
 
     def _echo_chunks(self, prompt_index: int, text: str, logprobs: dict[str, Any] | None) -> list[str]:
-        return [sse.event(self._with_usage_field(self._envelope([
-            {"index": prompt_index * self.n + i, "text": text, "logprobs": logprobs, "finish_reason": None}])))
-            for i in range(self.n)]
+        return [sse.event(self.usage.stamp(self._envelope([
+            {"index": index, "text": text, "logprobs": logprobs, "finish_reason": None}]), prompt_index, index))
+            for index in range(prompt_index * self.n, (prompt_index + 1) * self.n)]
 
     async def stream(self) -> AsyncIterator[str]:
         tracker, echoed = DeltaTracker(self.n), {}  # prompt index -> its completions' text_offset base
@@ -137,7 +133,7 @@ class _View:
                     yield sse.event(chunk)
                 prompt_tokens[prompt_index] = len(output.prompt_token_ids)
                 completion_tokens[prompt_index] = sum(len(c.token_ids) for c in output.outputs)
-            if self.body.stream_options is not None and self.body.stream_options.include_usage:
+            if self.usage.include:
                 usage = sse.usage(sum(prompt_tokens.values()), sum(completion_tokens.values()))
                 yield sse.event({**self._envelope([]), "usage": usage})
         except RequestAborted as exc:

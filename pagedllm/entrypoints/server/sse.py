@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pagedllm.entrypoints.protocol import StreamOptions
+
 DONE = "data: [DONE]\n\n"
 HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -16,3 +18,20 @@ def event(payload: dict[str, Any]) -> str:
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens}
+
+
+class ChunkUsage:
+    """The "usage" field of a stream's chunks: absent unless stream_options.include_usage; then null, or with
+    continuous_usage_stats (as vLLM has it) the chunk's prompt tokens and its choice's completion tokens so far."""
+
+    def __init__(self, options: StreamOptions | None, prompt_lengths: list[int]) -> None:
+        self.include = options is not None and options.include_usage
+        self.continuous = self.include and options is not None and options.continuous_usage_stats
+        self.prompt_lengths = prompt_lengths
+        self._sent: dict[int, int] = {}  # choice index -> its tokens sent so far
+
+    def stamp(self, chunk: dict[str, Any], prompt_index: int, choice_index: int, new_tokens: int = 0) -> dict[str, Any]:
+        if self.include:
+            sent = self._sent[choice_index] = self._sent.get(choice_index, 0) + new_tokens
+            chunk["usage"] = usage(self.prompt_lengths[prompt_index], sent) if self.continuous else None
+        return chunk

@@ -28,6 +28,7 @@ class Submission:
         self.created = int(time.time())
         self.stream = OutputStream()
         self.request_ids: list[str] = []
+        self.prompt_lengths: list[int] = []
         self._index_of: dict[str, int] = {}
         self._finished: set[str] = set()
 
@@ -38,6 +39,7 @@ class Submission:
         """Every prompt in one engine command: they join the same step (one at a time, a list of N prompts took
         N steps to admit, and its first requests could finish before its last were in)."""
         self.request_ids = [f"{self.id}-{index}" for index in range(len(prompts))]
+        self.prompt_lengths = [len(prompt) for prompt in prompts]
         self._index_of = {request_id: index for index, request_id in enumerate(self.request_ids)}
         try:
             await self.engine.add_requests(list(zip(self.request_ids, prompts)), params, self.stream, cache_salt)
