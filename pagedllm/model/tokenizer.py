@@ -32,7 +32,9 @@ def _from_gguf_cached(gguf: Path) -> Any:
     cached = gguf_tokenizer_cache_path(gguf)
     if cached.is_dir():
         try:
-            return _from_pretrained(cached)
+            # its tokenizer.json as saved: the class its config names may rebuild parts of its own (Qwen2's adds
+            # an NFC normalizer, which transformers' GGUF tokenizer has not), and encode differently
+            return _from_pretrained(cached, as_saved=True)
         except ModelLoadError as exc:  # a damaged entry is built again, not an error on every later load
             logger.warning("rebuilding the cached tokenizer %s (%s)", cached, exc)
             shutil.rmtree(cached, ignore_errors=True)
@@ -55,11 +57,12 @@ def _save_atomically(tokenizer: Any, target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _from_pretrained(path: Path, **kwargs: Any) -> Any:
-    from transformers import AutoTokenizer
+def _from_pretrained(path: Path, as_saved: bool = False, **kwargs: Any) -> Any:
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+    loader = PreTrainedTokenizerFast if as_saved else AutoTokenizer
     try:
-        return AutoTokenizer.from_pretrained(path, local_files_only=True, **kwargs)
+        return loader.from_pretrained(path, local_files_only=True, **kwargs)
     except Exception as exc:  # transformers and huggingface_hub raise many kinds on bad or missing files
         where = path / kwargs["gguf_file"] if "gguf_file" in kwargs else path
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -117,14 +117,21 @@ def test_a_damaged_cached_tokenizer_is_built_again(tmp_path, monkeypatch):
     assert json.loads((entry / "tokenizer.json").read_text())  # rebuilt in place
 
 
-def test_tokenizer_built_from_gguf_and_cached(tmp_path, monkeypatch):
+@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+def test_tokenizer_built_from_gguf_and_cached(tmp_path, monkeypatch, model_type):
+    from transformers import AutoTokenizer
+
     monkeypatch.setenv("PAGEDLLM_CACHE_DIR", str(tmp_path / "cache"))
     reference = make_tiny_tokenizer()
-    path = write_gguf(make_hf_model("llama"), tmp_path / "tok.gguf", tokenizer=reference)
+    path = write_gguf(make_hf_model(model_type), tmp_path / "tok.gguf", tokenizer=reference)
     first = load_tokenizer(path)
     assert list((tmp_path / "cache" / "tokenizers").iterdir())  # converted once, then reused
     second = load_tokenizer(path)
     text = "Each sequence owns a block table. Hello!"
     assert first(text).input_ids == second(text).input_ids == reference(text).input_ids
+    # combining marks: the cached copy once came back as Qwen2's class with an NFC normalizer of its own
+    combining = "cafe\u0301 e\u0301"
+    from_gguf = AutoTokenizer.from_pretrained(tmp_path, gguf_file="tok.gguf")(combining).input_ids
+    assert first(combining).input_ids == second(combining).input_ids == from_gguf
     msgs = [{"role": "user", "content": "hi"}]
     assert second.apply_chat_template(msgs, tokenize=False) == reference.apply_chat_template(msgs, tokenize=False)
