@@ -19,6 +19,7 @@ from typing import Protocol
 from pagedllm.sampling_params import SamplingParams
 
 CONTEXT_TOKENS = 5  # prompt tokens decoded as context for the first output token
+MAX_CHAR_BYTES = 4  # UTF-8: a character spelled as byte tokens takes at most four
 REPLACEMENT_CHAR = "\ufffd"
 
 
@@ -65,7 +66,7 @@ class IncrementalDetokenizer:
         self.tokenizer = tokenizer
         self.params = params
         self.stop_token_ids = frozenset(stop_token_ids)
-        self.ids: list[int] = list(prompt_ids[-CONTEXT_TOKENS:])
+        self.ids: list[int] = _context(tokenizer, prompt_ids, params.skip_special_tokens)
         self.prefix_offset = 0
         self.read_offset = len(self.ids)
         self._decoded = ""  # all text decoded so far (stop strings not cut)
@@ -94,7 +95,7 @@ class IncrementalDetokenizer:
             return ""
         self.ids.append(token_id)
         self._decoded += self._decode_new(flush=False)
-        if self._num_output < self.params.min_tokens:  # as for EOS and stop ids: no stop before min_tokens
+        if self._num_output <= self.params.min_tokens:  # as vLLM: a stop string ends past the first min_tokens
             self._stop_after = len(self._decoded)
         return self._advance(final=False)
 
@@ -133,12 +134,13 @@ class IncrementalDetokenizer:
         return delta
 
     def _find_stop(self) -> int | None:
-        """Where the output ends if a stop string occurs in the new text (earliest match)."""
+        """Where the output ends if a stop string occurs in the new text: the one that completes first (the
+        first listed of those that complete together), as appending tokens one character at a time would find."""
         start = max(0, self._emitted - self._max_stop)
         best: tuple[int, str] | None = None
         for stop in self.params.stop:
             i = self._decoded.find(stop, max(start, self._stop_after - len(stop) + 1))
-            if i >= 0 and (best is None or i < best[0]):
+            if i >= 0 and (best is None or i + len(stop) < best[0] + len(best[1])):
                 best = (i, stop)
         if best is None:
             return None
@@ -153,3 +155,24 @@ class IncrementalDetokenizer:
             if any(stop.startswith(tail[-k:]) for stop in self.params.stop):
                 return k
         return 0
+
+
+def _context(tokenizer: Tokenizer, prompt_ids: list[int], skip_special_tokens: bool) -> list[int]:
+    """The prompt's last CONTEXT_TOKENS ids, reaching back to where a character starts: a character cut in two
+    decodes as U+FFFD, and a byte-fallback decoder (SentencePiece vocabularies) turns the whole run of byte
+    tokens it begins, the output's own included, into U+FFFD."""
+    start = max(0, len(prompt_ids) - CONTEXT_TOKENS)
+    for _ in range(MAX_CHAR_BYTES - 1):
+        head = tokenizer.decode(prompt_ids[start:], skip_special_tokens=skip_special_tokens)
+        if start == 0 or not head.startswith(REPLACEMENT_CHAR):
+            break
+        start -= 1
+    return list(prompt_ids[start:])
+
+
+def decode_after(tokenizer: Tokenizer, prompt_ids: list[int], ids: list[int], skip_special_tokens: bool) -> str:
+    """The text of `ids` as it reads after the prompt, all at once (a SentencePiece word's leading space, which
+    decoding the ids alone drops, included)."""
+    context = _context(tokenizer, prompt_ids, skip_special_tokens)
+    before = tokenizer.decode(context, skip_special_tokens=skip_special_tokens)
+    return tokenizer.decode(context + ids, skip_special_tokens=skip_special_tokens)[len(before) :]

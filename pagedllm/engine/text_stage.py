@@ -3,7 +3,7 @@ stop strings, and decodes the hypotheses of finished beam searches. Writes only 
 outcome; the scheduler applies the stops."""
 
 from pagedllm.engine.beam import BeamSearch
-from pagedllm.engine.detokenizer import Tokenizer
+from pagedllm.engine.detokenizer import Tokenizer, decode_after
 from pagedllm.engine.outcome import BeamChoice, SampledToken, StepOutcome
 from pagedllm.engine.outputs import CompletionOutput, TokenLogprob
 
@@ -38,7 +38,7 @@ def _beam_outputs(choice: BeamChoice, tokenizer: Tokenizer) -> list[CompletionOu
         stopped = hypothesis.finish_reason == "stop"
         # as a sampled sequence ends: the stop token's text only with include_stop_str_in_output
         shown = ids[:-1] if stopped and not params.include_stop_str_in_output else ids
-        text = tokenizer.decode(shown, skip_special_tokens=params.skip_special_tokens)
+        text = decode_after(tokenizer, choice.request.prompt_token_ids, shown, params.skip_special_tokens)
         stop_reason = ids[-1] if stopped and ids[-1] in params.stop_token_ids else None
         outputs.append(CompletionOutput(
             index=i, text=text, token_ids=ids, logprobs=None, finish_reason=hypothesis.finish_reason,

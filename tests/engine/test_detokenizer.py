@@ -184,3 +184,64 @@ def test_direct_decoder_keeps_a_tokenizer_whose_decode_changes_the_text(tokenize
     Wrapper.clean_up_tokenization_spaces = True
     assert direct_decoder(wrapper) is wrapper  # clean-up asked for: never the backend
     assert direct_decoder(tokenizer.backend_tokenizer) is tokenizer.backend_tokenizer  # no wrapper: itself
+
+
+class Pieces:
+    """Token i reads pieces[i]: the text split wherever a test needs."""
+
+    def __init__(self, pieces: list[str]) -> None:
+        self.pieces = pieces
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join(self.pieces[i] for i in ids)
+
+
+@pytest.mark.parametrize("pieces", [["ab", "cd"], ["a", "b", "c", "d"]])
+def test_of_overlapping_stop_strings_the_one_completed_first_ends_the_output(pieces):
+    """As vLLM: whatever the tokens' split, "bc" completes before "abcd" does."""
+    detok, deltas = stream(Pieces(pieces), list(range(len(pieces))), SamplingParams(stop=["abcd", "bc"]))
+    assert (detok.text, "".join(deltas), detok.stop_reason) == ("a", "a", "bc")
+
+
+def test_a_stop_string_counts_only_past_the_first_min_tokens_tokens():
+    """As vLLM: the text of the first min_tokens tokens is never cut (min_tokens=1 let the first token's stop)."""
+    for min_tokens, text in [(0, ""), (1, "Hello"), (2, "HelloHello")]:
+        detok, _ = stream(Pieces(["Hello"]), [0] * 4, SamplingParams(stop=["Hello"], min_tokens=min_tokens))
+        assert (detok.text, detok.stop_reason) == (text, "Hello")
+
+
+@pytest.fixture(scope="module")
+def byte_fallback():
+    """A SentencePiece-style vocabulary (Llama 2, Mistral): characters outside it are spelled as <0xNN> byte
+    tokens, and the decoder turns a run of byte tokens that is not valid UTF-8 wholly into U+FFFD."""
+    from tokenizers import Tokenizer, decoders, models
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2} | {f"<0x{b:02X}>": 3 + b for b in range(256)}
+    for word in ["▁", "▁Reply", "▁emoji", ":", "▁yes"]:
+        vocab[word] = len(vocab)
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>", byte_fallback=True))
+    tokenizer.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                           decoders.Strip(" ", 1, 0)])
+    return tokenizer
+
+
+def balloon(tokenizer) -> list[int]:
+    return [tokenizer.token_to_id(f"<0x{b:02X}>") for b in "🎈".encode()]
+
+
+def test_a_prompt_ending_in_byte_tokens_does_not_spoil_the_output(byte_fallback):
+    """The prompt's last five tokens start inside a character: decoded from there as context, the output's own
+    byte tokens joined that invalid run."""
+    ids = byte_fallback.token_to_id
+    prompt = [ids("▁Reply"), ids("▁emoji"), ids(":"), ids("▁")] + balloon(byte_fallback) * 2
+    out = balloon(byte_fallback) + [ids("▁yes")]
+    detok, deltas = stream(byte_fallback, out, SamplingParams(), prompt)
+    assert "".join(deltas) == detok.text == "🎈 yes"
+
+
+def test_decode_after_reads_the_ids_as_they_follow_the_prompt(byte_fallback):
+    from pagedllm.engine.detokenizer import decode_after
+
+    yes = [byte_fallback.token_to_id("▁yes")]
+    assert byte_fallback.decode(yes) == "yes"  # alone, the decoder strips a leading space
+    assert decode_after(byte_fallback, [byte_fallback.token_to_id("▁Reply")], yes, True) == " yes"
