@@ -192,9 +192,11 @@ def _cpu_attention_impl(impl: str, head_dim: int, dtype: torch.dtype) -> str:
         return impl
     if compiled_covers(head_dim, dtype):
         return "compiled"
+    loaded = load_cpu_kernels() is not None
     if impl == "compiled":
-        raise InvalidInputError(f"the compiled CPU kernels are unavailable for head_dim {head_dim}, {dtype} here")
-    if load_cpu_kernels() is not None:
+        why = f"have no path for head_dim {head_dim}, {dtype}" if loaded else "did not load (see the log)"
+        raise InvalidInputError(f"the compiled CPU kernels are unavailable: they {why}")
+    if loaded:
         logger.info("compiled kernels have no path for head_dim %d / %s; using the torch attention", head_dim, dtype)
     return "fast"
 

@@ -8,7 +8,7 @@ torch's extension loader rebuilds whenever the include paths it compiled with ch
 found, or the build fails, `load_cpu_kernels()` logs one line and returns None, and the engine keeps its
 torch path.
 
-PAGEDLLM_KERNELS_ISA=avx2 builds for AVX2 alone (-march=haswell) and hides the CPU's newer vector flags from
+PAGEDLLM_DISABLE_KERNELS=1 (or true, yes, on) keeps the torch path. PAGEDLLM_KERNELS_ISA=avx2 builds for AVX2 alone (-march=haswell) and hides the CPU's newer vector flags from
 every choice made by them (kernels, dtype "auto", tests): the AVX2 path tested on a CPU that has more
 (`make test-avx2`).
 """
@@ -20,6 +20,7 @@ import hashlib
 import logging
 import os
 import shutil
+import struct
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -99,9 +100,20 @@ def build_key(cxx: str) -> str:
     return digest.hexdigest()[:16]
 
 
+def kernels_disabled() -> bool:
+    """Whether $PAGEDLLM_DISABLE_KERNELS asks for the torch path (1, true, yes, on; 0, false, no, off or unset:
+    not)."""
+    value = os.environ.get(DISABLE_ENV, "").strip().lower()
+    if value not in ("", "0", "false", "no", "off", "1", "true", "yes", "on"):
+        raise InvalidInputError(f"{DISABLE_ENV} is 1/true/yes/on or 0/false/no/off, not {value!r}")
+    return value in ("1", "true", "yes", "on")
+
+
 def build_cpu_kernels() -> ModuleType | None:
-    """Build (or reuse the cached build) and import the kernels; None with one logged line if impossible."""
-    if os.environ.get(DISABLE_ENV):
+    """Build (or reuse the cached build) and import the kernels; None with one logged line if impossible.
+    InvalidInputError for a value of the environment switches it does not know."""
+    avx2_only()  # a misspelt ISA is the user's to fix, not a failed build
+    if kernels_disabled():
         log.info("compiled CPU kernels disabled by %s; using the torch path", DISABLE_ENV)
         return None
     cxx = compiler()
@@ -129,12 +141,19 @@ def _load(key: str) -> ModuleType:
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
     build_dir = cache_dir() / "kernels" / key
     sources = _copy_sources(build_dir / "src")
+    library = build_dir / f"pagedllm_cpu_{key}.so"
     log.debug("loading compiled CPU kernels from %s", build_dir)
     with _held_by_this_process(build_dir / ".flock"):
         # torch's own lock file: a build killed before it finished leaves it behind, and every later load would
         # wait for it forever; while this process holds the lock above, no other load is under way, so a file
         # left here is such a leftover
         (build_dir / "lock").unlink(missing_ok=True)
+        if library.exists() and not _whole_elf(library):
+            # ninja judges it by its time alone and would load it: a cut-short file crashes the process (SIGBUS)
+            log.warning("the cached kernels %s are damaged; linking them again", library)
+            library.unlink()
+        if not library.exists():
+            log.info("building the compiled CPU kernels for this CPU in %s (minutes, once)", build_dir)
         return cpp_extension.load(
             name=f"pagedllm_cpu_{key}",
             sources=[str(sources / name) for name in SOURCES],
@@ -145,11 +164,26 @@ def _load(key: str) -> ModuleType:
         )
 
 
+def _whole_elf(path: Path) -> bool:
+    """Whether the file is a 64-bit little-endian ELF as long as its header says (the section headers end it)."""
+    with open(path, "rb") as f:
+        header = f.read(64)
+    if len(header) < 64 or header[:6] != b"\x7fELF\x02\x01":
+        return False
+    section_headers_at, = struct.unpack_from("<Q", header, 0x28)
+    entry_size, count = struct.unpack_from("<HH", header, 0x3A)
+    return path.stat().st_size >= section_headers_at + entry_size * count
+
+
 @contextlib.contextmanager
 def _held_by_this_process(path: Path) -> Iterator[None]:
     """An exclusive lock on `path` (waiting for it), which the OS releases when its holder exits or dies."""
     with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another process's build of the compiled CPU kernels (%s)", path.parent)
+            fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:

@@ -83,7 +83,7 @@ def test_runner_auto_resolves_to_torch_without_kernels(without_kernels, tiny_lla
     model, config = load_model(tiny_llama_dir)
     runner = ModelRunner(model, config, num_blocks=8, block_size=4, dtype=torch.float32, attention_impl="auto")
     assert runner.attention_impl == "fast"
-    with pytest.raises(InvalidInputError, match="compiled CPU kernels are unavailable"):
+    with pytest.raises(InvalidInputError, match="compiled CPU kernels are unavailable: they did not load"):
         ModelRunner(model, config, num_blocks=8, block_size=4, dtype=torch.float32, attention_impl="compiled")
 
 
@@ -161,3 +161,47 @@ def test_the_avx2_build_hides_newer_flags_and_targets_haswell(monkeypatch: pytes
     monkeypatch.setenv(build.ISA_ENV, "avx512")
     with pytest.raises(InvalidInputError, match="'avx2' or unset, not 'avx512'"):
         build.cpu_flags()
+
+
+def test_a_damaged_cached_build_is_linked_again(tmp_path: Path) -> None:
+    """A cut-short library (an interrupted copy, a full disk) is newer than its objects, so ninja would load it
+    as it is, and the process died of SIGBUS; it is linked again from the objects instead."""
+    if pagedllm.kernels.load_cpu_kernels() is None:
+        pytest.skip("no compiled kernels here")
+    from pagedllm.cache_dir import cache_dir
+
+    key = build.build_key(build.compiler())
+    library = cache_dir() / "kernels" / key / f"pagedllm_cpu_{key}.so"
+    whole = library.read_bytes()
+    assert build._whole_elf(library)
+    script = "from pagedllm.kernels import load_cpu_kernels; assert load_cpu_kernels() is not None"
+    try:
+        with build._held_by_this_process(library.parent / ".flock"):  # no load of this build is under way
+            library.unlink()  # a new file: a process that has the library mapped keeps the old one
+            library.write_bytes(whole[: len(whole) // 2])
+        assert not build._whole_elf(library)
+        done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, timeout=300, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr  # it died of SIGBUS (-7)
+        assert build._whole_elf(library)
+    finally:
+        with build._held_by_this_process(library.parent / ".flock"):
+            if not build._whole_elf(library):
+                library.unlink(missing_ok=True)
+                library.write_bytes(whole)
+
+
+@pytest.mark.parametrize("value, disabled", [("1", True), ("yes", True), ("ON", True), ("0", False),
+                                             ("false", False), ("", False)])
+def test_the_disable_switch_reads_its_value(monkeypatch: pytest.MonkeyPatch, value: str, disabled: bool) -> None:
+    monkeypatch.setenv(build.DISABLE_ENV, value)
+    assert build.kernels_disabled() is disabled
+
+
+def test_misspelt_switches_are_refused_not_taken_for_a_failed_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(build.DISABLE_ENV, "maybe")
+    with pytest.raises(InvalidInputError, match="PAGEDLLM_DISABLE_KERNELS is 1/true/yes/on or 0/false/no/off"):
+        build.build_cpu_kernels()
+    monkeypatch.delenv(build.DISABLE_ENV)
+    monkeypatch.setenv(build.ISA_ENV, "AVX2")
+    with pytest.raises(InvalidInputError, match="'avx2' or unset, not 'AVX2'"):
+        build.build_cpu_kernels()
