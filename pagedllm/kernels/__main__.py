@@ -3,12 +3,17 @@
 import logging
 import sys
 
+from pagedllm.errors import InvalidInputError
 from pagedllm.kernels.build import build_cpu_kernels, cpu_isa
 
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    module = build_cpu_kernels()
+    try:
+        module = build_cpu_kernels()
+    except InvalidInputError as exc:  # a misspelt environment switch
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     isa = cpu_isa()
     if module is None:
         print(f"compiled CPU kernels unavailable (CPU flags: {' '.join(isa) or 'none'}); the torch path will be used")
