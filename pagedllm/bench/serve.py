@@ -29,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--model", default=None,
                    help="model name to request (default: the server's first); when pagedllm is started, "
                         "the model it serves (HF directory or .gguf)")
-    s.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="for the started server")
+    s.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="for the started server (default: %(default)s, as the side-by-side figures use)")
     s.add_argument("--serve-args", default="", help="more options for the started `pagedllm serve`, one string")
     s.add_argument("--label", default=None, help="engine name in the report (default: the model card's owned_by)")
     w = parser.add_argument_group("workload")

@@ -18,10 +18,11 @@ def read_model_config(path: str | Path) -> ModelConfig:
         from pagedllm.model.hf_loader import read_hf_config
 
         return read_hf_config(path)
-    from pagedllm.model.config import config_from_gguf_metadata
+    from pagedllm.model.config import config_from_gguf_metadata, naming
     from pagedllm.model.gguf_loader import open_gguf, read_metadata
 
-    return config_from_gguf_metadata(read_metadata(open_gguf(path)))
+    with naming(path):
+        return config_from_gguf_metadata(read_metadata(open_gguf(path)))
 
 
 def load_shard(

@@ -1,7 +1,10 @@
 """ModelConfig: the hyperparameters of a Llama-family decoder, read from an HF config.json or GGUF metadata."""
 
+import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pagedllm.checks import is_int
@@ -9,6 +12,18 @@ from pagedllm.errors import ModelLoadError
 
 # HF model_type / GGUF general.architecture -> whether q/k/v projections carry biases by default.
 SUPPORTED_ARCHITECTURES: dict[str, bool] = {"llama": False, "mistral": False, "qwen2": True}
+
+
+@contextlib.contextmanager
+def naming(file: Path) -> Iterator[None]:
+    """A config error raised inside names the file it comes from (validation knows only the field)."""
+    try:
+        yield
+    except ModelLoadError as exc:
+        message = str(exc).removeprefix("model config: ").removeprefix("GGUF metadata: ")
+        if file.name in message:
+            raise ModelLoadError(message.replace(file.name, str(file), 1)) from None
+        raise ModelLoadError(f"{file}: {message}") from None
 
 
 @dataclass(slots=True, frozen=True)

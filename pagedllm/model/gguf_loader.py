@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from pagedllm.errors import ModelLoadError
-from pagedllm.model.config import ModelConfig, config_from_gguf_metadata
+from pagedllm.model.config import ModelConfig, config_from_gguf_metadata, naming
 from pagedllm.model.gguf_file import GGUFFile, GGUFTensor
 from pagedllm.model.stored_blocks import StoredBlocks
 
@@ -79,7 +79,8 @@ def read_gguf_with_blocks(
     from gguf import GGMLQuantizationType as Q
 
     reader = open_gguf(path)
-    config = config_from_gguf_metadata(read_metadata(reader))
+    with naming(Path(path)):
+        config = config_from_gguf_metadata(read_metadata(reader))
     names = {t.name for t in reader.tensors}
     config.tie_word_embeddings = "output.weight" not in names
     state_dict: dict[str, torch.Tensor] = {}

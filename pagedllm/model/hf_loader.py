@@ -10,7 +10,7 @@ import torch
 
 from pagedllm.checks import is_int
 from pagedllm.errors import ModelLoadError
-from pagedllm.model.config import ModelConfig
+from pagedllm.model.config import ModelConfig, naming
 
 INDEX_NAME = "model.safetensors.index.json"
 
@@ -29,7 +29,9 @@ def read_hf_dir(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
 def read_hf_config(path: Path) -> ModelConfig:
     """config.json's model, with the end-of-sequence ids of generation_config.json added (instruct models list
     their turn-end tokens there, and transformers' generate stops at them)."""
-    config = ModelConfig.from_hf_dict(read_config_json(path))
+    hf_config = read_config_json(path)
+    with naming(path / "config.json"):
+        config = ModelConfig.from_hf_dict(hf_config)
     if (path / "generation_config.json").is_file():
         generation = read_config_json(path, "generation_config.json")
         for token in _generation_eos(generation, path):

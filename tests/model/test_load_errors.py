@@ -1,6 +1,7 @@
 """Every way a model path can be wrong ends in a ModelLoadError that names the file and the problem."""
 
 import json
+import re
 import shutil
 
 import pytest
@@ -185,3 +186,15 @@ def test_a_stored_head_of_a_tied_model_is_dropped_with_a_warning_where_it_differ
         model, _ = load_model(path)
     assert model.lm_head.weight is model.model.embed_tokens.weight
     assert ("stored lm_head.weight differs from the embeddings" in caplog.text) == (head == "differs")
+
+
+@pytest.mark.parametrize("change, message", [({"rms_norm_eps": -1.0}, r"config\.json: rms_norm_eps must be positive"),
+                                             ({"rope_parameters": {"rope_type": "yarn", "factor": 2.0}},
+                                              r"config\.json: unsupported rope scaling type 'yarn'"),
+                                             ({"hidden_act": "gelu"}, r"config\.json: unsupported hidden_act")])
+def test_a_config_error_names_the_file(tmp_path, tiny_llama_dir, change, message):
+    shutil.copytree(tiny_llama_dir, tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config | change))
+    with pytest.raises(ModelLoadError, match=re.escape(str(tmp_path / "m")) + "/" + message):
+        load_model(tmp_path / "m")
