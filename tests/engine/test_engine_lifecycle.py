@@ -230,3 +230,18 @@ def test_a_step_that_fails_leaves_no_unwritten_block_findable(tiny_llama_dir):
     assert engine.stats().blocks_cached_free == 0
     engine.kv.check_invariants()
     assert tokens(run_all(engine, [prompt], params)) == expected
+
+
+def test_a_dropped_engine_leaves_nothing_frozen(tiny_llama_dir):
+    """The engine freezes the heap it built (out of the collector's scans); were it left frozen, the pool's
+    blocks, linked in cycles by the free queue, could never be collected after the engine goes."""
+    import gc
+    import weakref
+
+    engine = make_engine(tiny_llama_dir)
+    run_all(engine, [[5, 6, 7]], SamplingParams(max_tokens=2))
+    assert gc.get_freeze_count() > 0
+    gone = weakref.ref(engine)
+    del engine
+    gc.collect()
+    assert gone() is None and gc.get_freeze_count() == 0
