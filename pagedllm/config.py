@@ -94,6 +94,9 @@ class EngineConfig:
             raise InvalidInputError(f"model must be a path (HF directory or .gguf file), got {self.model!r}")
         _require_bool("enable_prefix_caching", self.enable_prefix_caching)
         _require_bool("enforce_eager", self.enforce_eager)
+        name = self.served_model_name
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise InvalidInputError(f"served_model_name must be a non-empty string, got {name!r}")
 
 
 def _require_positive(name: str, value: int) -> None:
