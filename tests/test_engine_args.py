@@ -54,7 +54,8 @@ def test_readme_engine_option_table_matches_the_config():
 @pytest.mark.parametrize("options", [dict(seed="x"), dict(seed=1.5), dict(block_size=True), dict(num_blocks=True),
                                      dict(kv_cache_memory=1.5e9), dict(kv_cache_memory=None),
                                      dict(enable_prefix_caching="no"), dict(enforce_eager="no"), dict(seed=2**64),
-                                     dict(seed=-(2**63) - 1), dict(model=123), dict(model="")],
+                                     dict(seed=-(2**63) - 1), dict(model=123), dict(model=""),
+                                     dict(served_model_name=5), dict(served_model_name=" ")],
                          ids=lambda options: f"{next(iter(options))}={next(iter(options.values()))!r}")
 def test_a_value_of_the_wrong_type_names_its_field_before_anything_loads(options):
     field = next(iter(options))
