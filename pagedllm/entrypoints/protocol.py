@@ -58,9 +58,23 @@ class _SamplingFields(_Body):
     cache_salt: str | None = Field(default=None, min_length=1)
     user: str | None = None
     logit_bias: dict[str, float] | None = None
+    response_format: dict[str, Any] | None = None  # {"type": "text"} only
+    add_special_tokens: bool | None = None  # vLLM's: the tokenizer's BOS/EOS (default: yes for a prompt, no for chat)
+    truncate_prompt_tokens: int | None = None  # vLLM's: keep the prompt's last N tokens (-1: max_model_len)
+    truncation_side: Literal["left"] | None = None
     # vLLM extras this server does not take: declared so that they are refused, not dropped as unknown
     use_beam_search: bool | None = None
     prompt_logprobs: int | None = None
+    structured_outputs: Any = None
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
+    allowed_token_ids: Any = None
+    bad_words: Any = None
+    logprob_token_ids: Any = None
+    return_tokens_as_token_ids: Any = None
+    return_token_ids: Any = None
 
     def check_stream_options(self) -> None:
         if self.stream_options is not None and not self.stream:
@@ -68,9 +82,31 @@ class _SamplingFields(_Body):
 
     def _refuse_unsupported(self, **why: str) -> None:
         """A 400 for each field given (not null / false) that this endpoint does not take, with why."""
-        for name, reason in {"use_beam_search": "beam search is offline only (LLM.generate)", **why}.items():
+        guided = "structured output (guided decoding) is not implemented"
+        for name, reason in {"use_beam_search": "beam search is offline only (LLM.generate)",
+                             "structured_outputs": guided, "guided_json": guided, "guided_regex": guided,
+                             "guided_choice": guided, "guided_grammar": guided,
+                             "allowed_token_ids": "use logit_bias", "bad_words": "not implemented",
+                             "logprob_token_ids": "logprobs give the top-k only",
+                             "return_tokens_as_token_ids": "not implemented", "return_token_ids": "not implemented",
+                             **why}.items():
             if getattr(self, name) is not None and getattr(self, name) is not False:  # 0 is given
                 raise InvalidInputError(f"{name} is not supported: {reason}")
+        if self.response_format is not None and self.response_format.get("type") != "text":
+            raise InvalidInputError("response_format other than {'type': 'text'} is not supported (structured "
+                                    "output is not implemented)")
+
+    def truncated(self, ids: list[int], max_model_len: int) -> list[int]:
+        """The prompt's ids, cut to their last truncate_prompt_tokens where the request asks (as vLLM does)."""
+        keep = self.truncate_prompt_tokens
+        if keep is None:
+            return ids
+        if keep == -1:
+            keep = max_model_len
+        if not 1 <= keep <= max_model_len:
+            raise InvalidInputError(f"truncate_prompt_tokens must be -1 or in [1, max_model_len={max_model_len}], "
+                                    f"got {self.truncate_prompt_tokens}")
+        return ids[-keep:]
 
     def _sampling_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
@@ -159,7 +195,10 @@ class ChatCompletionRequest(_SamplingFields):
     top_logprobs: int | None = None
     tools: list[dict[str, Any]] | None = None
     functions: list[dict[str, Any]] | None = None
-    response_format: dict[str, Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None  # only "none" / "auto": there are no tools
+    function_call: str | dict[str, Any] | None = None
+    documents: list[dict[str, Any]] | None = None  # to the chat template, as vLLM passes them
+    reasoning_effort: str | None = None  # to the chat template
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
@@ -171,8 +210,9 @@ class ChatCompletionRequest(_SamplingFields):
                                  prompt_logprobs="use /v1/completions with echo and logprobs")
         if self.tools or self.functions:
             raise InvalidInputError(f"{'tools' if self.tools else 'functions'} (function calling) are not supported")
-        if self.response_format is not None and self.response_format.get("type", "text") != "text":
-            raise InvalidInputError("response_format other than {'type': 'text'} is not supported")
+        for name in ("tool_choice", "function_call"):
+            if getattr(self, name) not in (None, "none", "auto"):
+                raise InvalidInputError(f"{name} {getattr(self, name)!r} is not supported: there are no tools")
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidInputError("top_logprobs requires logprobs to be true")
         newer = self.max_completion_tokens is not None
@@ -190,6 +230,9 @@ class ChatCompletionRequest(_SamplingFields):
 
     def template_options(self) -> dict[str, Any]:
         """How the template renders the messages (pagedllm.model.chat_template.render_chat's options)."""
+        kwargs = self.chat_template_kwargs
+        if self.reasoning_effort is not None:
+            kwargs = {**(kwargs or {}), "reasoning_effort": self.reasoning_effort}
         return {"add_generation_prompt": self.add_generation_prompt,
                 "continue_final_message": self.continue_final_message,
-                "template_kwargs": self.chat_template_kwargs}
+                "template_kwargs": kwargs, "documents": self.documents}

@@ -18,8 +18,10 @@ def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def render_chat(tokenizer: Any, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
-                continue_final_message: bool = False, template_kwargs: dict[str, Any] | None = None) -> str:
-    """The conversation as the prompt text the model's template makes of it."""
+                continue_final_message: bool = False, template_kwargs: dict[str, Any] | None = None,
+                documents: list[dict[str, Any]] | None = None) -> str:
+    """The conversation (and documents, for templates that take them) as the prompt text the model's template
+    makes of it."""
     from jinja2 import TemplateError, TemplateSyntaxError
 
     if hasattr(tokenizer, "chat_template") and tokenizer.chat_template is None:  # (a transformers tokenizer)
@@ -31,7 +33,11 @@ def render_chat(tokenizer: Any, messages: list[dict[str, Any]], add_generation_p
     if add_generation_prompt and continue_final_message:
         raise InvalidInputError("continue_final_message cannot be combined with add_generation_prompt (set it "
                                 "to false)")
-    options = dict(template_kwargs or {}, **({"continue_final_message": True} if continue_final_message else {}))
+    options = dict(template_kwargs or {})
+    if continue_final_message:
+        options["continue_final_message"] = True
+    if documents is not None:
+        options["documents"] = documents
     try:
         return tokenizer.apply_chat_template(template_messages(messages), add_generation_prompt=add_generation_prompt,
                                              tokenize=False, **options)

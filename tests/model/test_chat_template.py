@@ -75,3 +75,15 @@ def test_template_kwargs_and_message_fields_reach_the_template():
     custom.chat_template = "{% for m in messages %}{{ m.role }}/{{ m.name }}:{{ m.content }};{% endfor %}{{ flavour }}"
     text = render_chat(custom, [{"role": "user", "content": "x", "name": "alice"}], template_kwargs={"flavour": "salt"})
     assert text == "user/alice:x;salt"
+
+
+def test_documents_reach_a_template_that_takes_them(tokenizer):
+    import copy
+
+    rag = copy.deepcopy(tokenizer)
+    rag.chat_template = ("{% for d in documents or [] %}[{{ d['title'] }}]{% endfor %}{{ reasoning_effort }}"
+                         "{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    messages = [{"role": "user", "content": "q"}]
+    assert render_chat(rag, messages, documents=[{"title": "a"}, {"title": "b"}],
+                       template_kwargs={"reasoning_effort": "low"}) == "[a][b]lowq"
+    assert render_chat(rag, messages) == "q"

@@ -63,6 +63,21 @@ CASES = [
     ("/v1/completions", {"prompt": "x", "logit_bias": {"99999": 1}}, 400, "logit_bias"),
     ("/v1/chat/completions", {"messages": MSG, "logit_bias": {"-3": 1}}, 400, "logit_bias"),
     ("/v1/completions", {"prompt": "x", "suffix": "y"}, 400, "suffix"),
+    ("/v1/completions", {"prompt": "x", "response_format": {"type": "json_object"}}, 400, "response_format"),
+    ("/v1/chat/completions", {"messages": MSG, "response_format": {}}, 400, "response_format"),
+    ("/v1/completions", {"prompt": "x", "structured_outputs": {"choice": ["a", "b"]}}, 400, "structured_outputs"),
+    ("/v1/chat/completions", {"messages": MSG, "guided_json": {"type": "object"}}, 400, "guided_json"),
+    ("/v1/completions", {"prompt": "x", "guided_choice": ["a"]}, 400, "guided_choice"),
+    ("/v1/completions", {"prompt": "x", "allowed_token_ids": [5, 6]}, 400, "allowed_token_ids"),
+    ("/v1/chat/completions", {"messages": MSG, "bad_words": ["x"]}, 400, "bad_words"),
+    ("/v1/completions", {"prompt": "x", "return_tokens_as_token_ids": True}, 400, "return_tokens_as_token_ids"),
+    ("/v1/completions", {"prompt": "x", "return_token_ids": True}, 400, "return_token_ids"),
+    ("/v1/completions", {"prompt": "x", "logprob_token_ids": [5]}, 400, "logprob_token_ids"),
+    ("/v1/chat/completions", {"messages": MSG, "tool_choice": "required"}, 400, "tool_choice"),
+    ("/v1/chat/completions", {"messages": MSG, "function_call": {"name": "f"}}, 400, "function_call"),
+    ("/v1/completions", {"prompt": "x", "truncate_prompt_tokens": 0}, 400, "truncate_prompt_tokens"),
+    ("/v1/completions", {"prompt": "x", "truncate_prompt_tokens": 10**6}, 400, "truncate_prompt_tokens"),
+    ("/v1/completions", {"prompt": "x", "truncation_side": "right"}, 400, "truncation_side"),
 ]
 
 

@@ -151,6 +151,21 @@ def test_continuous_usage_stats_give_every_chunk_its_usage_so_far(server: Runnin
     assert chat[-2].usage.completion_tokens == chat[-1].usage.completion_tokens > 0
 
 
+def test_truncate_prompt_tokens_keeps_the_prompts_last_tokens(server: RunningServer) -> None:
+    client = sync_client(server)
+    prompt = list(range(70, 90))
+    cut = client.completions.create(model=server.model, prompt=prompt, max_tokens=3, temperature=0,
+                                    extra_body={"truncate_prompt_tokens": 4})
+    tail = client.completions.create(model=server.model, prompt=prompt[-4:], max_tokens=3, temperature=0)
+    assert cut.usage.prompt_tokens == 4 and cut.choices[0].text == tail.choices[0].text
+    whole = client.completions.create(model=server.model, prompt=prompt, max_tokens=1,
+                                      extra_body={"truncate_prompt_tokens": -1})  # -1: up to max_model_len
+    assert whole.usage.prompt_tokens == len(prompt)
+    chat = client.chat.completions.create(model=server.model, messages=CHAT, max_tokens=1,
+                                          extra_body={"truncate_prompt_tokens": 3})
+    assert chat.usage.prompt_tokens == 3
+
+
 def test_chat_n_and_logprobs(server: RunningServer) -> None:
     r = sync_client(server).chat.completions.create(
         model=server.model, messages=CHAT, max_tokens=6, n=3, logprobs=True, top_logprobs=2, seed=7)

@@ -76,3 +76,23 @@ def test_pieces_cut_inside_special_tokens_do_not_refuse_a_prompt_that_fits(token
         assert len(asyncio.run(processor.completion_prompts([text]))[0]) == exact
     finally:
         processor.close()
+
+
+def test_add_special_tokens_reaches_the_tokenizer() -> None:
+    """vLLM's field: a text prompt gets the tokenizer's BOS by default and not with false; a chat prompt (whose
+    template writes its own) gets it only with true."""
+    from tiny import make_tiny_tokenizer
+    from tokenizers import processors
+
+    tokenizer = make_tiny_tokenizer()
+    bos = tokenizer.bos_token_id
+    tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A",
+                                                                              special_tokens=[("<s>", bos)])
+    processor = prompts.PromptProcessor(tokenizer, vocab_size=384, max_model_len=256, workers=1)
+    text = tokenizer.encode("hi", add_special_tokens=False)
+    assert asyncio.run(processor.completion_prompts(["hi"]))[0] == [bos, *text]
+    assert asyncio.run(processor.completion_prompts(["hi"], add_special_tokens=False))[0] == text
+    messages, options = [{"role": "user", "content": "hi"}], {"add_generation_prompt": True}
+    chat = asyncio.run(processor.chat_prompt(messages, options))
+    assert chat[0] != bos and asyncio.run(processor.chat_prompt(messages, options, add_special_tokens=True)) == [
+        bos, *chat]

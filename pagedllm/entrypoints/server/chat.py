@@ -45,7 +45,8 @@ async def _prompt_ids(processor: PromptProcessor, max_model_len: int, body: Chat
                       params: SamplingParams) -> list[int]:
     """The templated, tokenized messages (off the engine thread), checked against the context length."""
     limits.check_sampling(params, processor.vocab_size)
-    ids = await processor.chat_prompt(body.template_messages(), body.template_options())
+    ids = await processor.chat_prompt(body.template_messages(), body.template_options(), bool(body.add_special_tokens))
+    ids = body.truncated(ids, max_model_len)
     limits.check_prompt_length(len(ids), "messages", max_model_len)
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     limits.check_completion_budget(len(ids), params.max_tokens, param, max_model_len)

@@ -42,15 +42,19 @@ class PromptProcessor:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pagedllm-tokenize")
         self.vocab_size, self.max_model_len = vocab_size, max_model_len
 
-    async def completion_prompts(self, prompts: list[str | list[int]]) -> list[list[int]]:
-        """Each prompt's token ids: text is tokenized, given ids are checked against the vocabulary."""
-        return await self._run(lambda: [self._prompt_ids(p) for p in prompts])
+    async def completion_prompts(self, prompts: list[str | list[int]], add_special_tokens: bool = True
+                                 ) -> list[list[int]]:
+        """Each prompt's token ids: text is tokenized (with the tokenizer's BOS/EOS unless add_special_tokens is
+        false), given ids are checked against the vocabulary."""
+        return await self._run(lambda: [self._prompt_ids(p, add_special_tokens) for p in prompts])
 
-    async def chat_prompt(self, messages: list[dict[str, Any]], options: dict[str, Any]) -> list[int]:
-        """The messages through the model's chat template (render_chat's options), as token ids."""
+    async def chat_prompt(self, messages: list[dict[str, Any]], options: dict[str, Any],
+                          add_special_tokens: bool = False) -> list[int]:
+        """The messages through the model's chat template (render_chat's options), as token ids (the template
+        writes the special tokens: the tokenizer adds its own only where add_special_tokens asks)."""
         def render() -> list[int]:
             text = render_chat(self._tokenizer(), messages, **options)
-            return self._encode(text, "messages", add_special_tokens=False)  # the template wrote them
+            return self._encode(text, "messages", add_special_tokens)
 
         return await self._run(render)
 
@@ -60,11 +64,11 @@ class PromptProcessor:
     async def _run(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
 
-    def _prompt_ids(self, prompt: str | list[int]) -> list[int]:
+    def _prompt_ids(self, prompt: str | list[int], add_special_tokens: bool) -> list[int]:
         if isinstance(prompt, str):
             if not prompt:
                 raise APIError(400, "prompt must not be empty", param="prompt")
-            return self._encode(prompt, "prompt", add_special_tokens=True)
+            return self._encode(prompt, "prompt", add_special_tokens)
         limits.check_token_ids("prompt", prompt, self.vocab_size)
         return prompt
 
