@@ -235,8 +235,8 @@ class AsyncEngine:
     async def stats(self) -> EngineStats:
         return await self.call(lambda engine: engine.stats())
 
-    async def kv_snapshot(self) -> dict:
-        return await self.call(lambda engine: engine.kv_snapshot())
+    async def kv_snapshot(self, offset: int = 0, limit: int | None = None) -> dict:
+        return await self.call(lambda engine: engine.kv_snapshot(offset, limit))
 
     def _count_pending(self, delta: int) -> None:
         with self._cond:

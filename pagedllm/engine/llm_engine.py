@@ -255,9 +255,11 @@ class LLMEngine:
             slots_reserved=self.scheduler.num_reserved_slots,
         )
 
-    def kv_snapshot(self) -> dict:
-        """Every block with the ids of the requests that hold it, and the pool's waste."""
-        return kv_snapshot(self.kv, self.stats(), lambda seq_id: self.scheduler.request_of(seq_id).request_id)
+    def kv_snapshot(self, offset: int = 0, limit: int | None = None) -> dict:
+        """Blocks [offset, offset + limit) with the ids of the requests that hold them; the pool's counts and
+        waste (pagedllm.engine.kv_snapshot)."""
+        request_id_of = lambda seq_id: self.scheduler.request_of(seq_id).request_id  # noqa: E731
+        return kv_snapshot(self.kv, self.stats(), request_id_of, offset, limit)
 
     def apply_chat_template(self, messages: list[dict], **options: Any) -> list[int]:
         """The conversation's prompt ids (pagedllm.model.chat_template.render_chat: as the server makes them)."""

@@ -277,13 +277,18 @@ class KVCacheManager:
                        self.num_cached_blocks, self._tokens_stored(), self._queries_tokens,
                        self._hits_tokens, len(self._seqs))
 
-    def snapshot(self) -> list[BlockInfo]:
+    def snapshot(self, start: int = 0, stop: int | None = None) -> list[BlockInfo]:
+        """Blocks [start, stop) of the pool, each with its owners and filled slots."""
         owners: dict[BlockId, list[SeqId]] = {}
         for sid, seq in self._seqs.items():
             for b in seq.table.blocks:
                 owners.setdefault(b, []).append(sid)
         filled = self._filled()
-        return [self._block_info(b, owners.get(b.block_id, []), filled) for b in self.pool.blocks]
+        return [self._block_info(b, owners.get(b.block_id, []), filled) for b in self.pool.blocks[start:stop]]
+
+    def tables(self) -> dict[SeqId, list[BlockId]]:
+        """Every sequence's block table."""
+        return {sid: list(seq.table.blocks) for sid, seq in self._seqs.items()}
 
     def _block_info(self, block: Block, owners: list[SeqId], filled: dict[BlockId, int]) -> BlockInfo:
         cached = block.block_hash is not None

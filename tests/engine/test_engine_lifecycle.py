@@ -245,3 +245,27 @@ def test_a_dropped_engine_leaves_nothing_frozen(tiny_llama_dir):
     del engine
     gc.collect()
     assert gone() is None and gc.get_freeze_count() == 0
+
+
+def test_a_kv_snapshot_window_and_the_whole_pools_figures_agree(tiny_llama_dir):
+    """The counts and per-request blocks (from the block tables) equal what the blocks themselves say, and a
+    window holds exactly those blocks of the whole list."""
+    engine = make_engine(tiny_llama_dir, num_blocks=64)
+    shared = random_prompts(1, seed=30, low=24, high=24)[0]
+    engine.add_request("a", shared + [5], SamplingParams(n=2, temperature=0.8, seed=1, max_tokens=20))
+    engine.add_request("b", shared + [6], SamplingParams(max_tokens=20, **GREEDY))
+    for _ in range(4):
+        engine.step()
+    whole = engine.kv_snapshot()
+    blocks = whole["blocks"]
+    assert len(blocks) == 64 and whole["offset"] == 0
+    assert whole["counts"] == {"used": sum(b["state"] == "used" for b in blocks),
+                               "shared": sum(b["ref_cnt"] > 1 for b in blocks),
+                               "cached": sum(b["state"] == "cached" for b in blocks),
+                               "free": sum(b["state"] == "free" for b in blocks)}
+    assert whole["counts"]["shared"] > 0
+    assert whole["requests"] == {r: sum(r in b["owners"] for b in blocks) for r in ("a", "b")}
+    window = engine.kv_snapshot(offset=10, limit=5)
+    assert window["blocks"] == blocks[10:15] and window["offset"] == 10
+    assert {k: v for k, v in window.items() if k not in ("blocks", "offset")} == {
+        k: v for k, v in whole.items() if k not in ("blocks", "offset")}

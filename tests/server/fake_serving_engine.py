@@ -159,7 +159,7 @@ class FakeEngine:
             num_running=len(self.running), num_waiting=len(self.waiting),
             prompt_tokens_total=self.counters["prompt"], generation_tokens_total=self.counters["generation"])
 
-    def kv_snapshot(self) -> dict:
+    def kv_snapshot(self, offset: int = 0, limit: int | None = None) -> dict:
         filled, owners = self._filled(), self._owners()
         cached = set(self.pool.cached)
         blocks = []
@@ -173,8 +173,16 @@ class FakeEngine:
         waste = {"used_slots": used_slots, "tokens_stored": stats.tokens_stored,
                  "empty_tail_slots": used_slots - stats.tokens_stored,
                  "empty_tail_fraction": (used_slots - stats.tokens_stored) / used_slots if used_slots else 0.0,
-                 "token_occupancy": stats.token_occupancy, "block_occupancy": stats.block_occupancy}
-        return {"block_size": self.config.block_size, "num_blocks": self.pool.num_blocks, "blocks": blocks,
+                 "token_occupancy": stats.token_occupancy, "block_occupancy": stats.block_occupancy,
+                 "slots_reserved": 0}
+        counts = {state: sum(b["state"] == state for b in blocks) for state in ("used", "cached", "free")}
+        requests: dict[str, int] = {}
+        for block in blocks:
+            for owner in block["owners"]:
+                requests[owner] = requests.get(owner, 0) + 1
+        return {"block_size": self.config.block_size, "num_blocks": self.pool.num_blocks, "offset": offset,
+                "blocks": blocks[offset: None if limit is None else offset + limit],
+                "counts": {**counts, "shared": sum(b["ref_cnt"] > 1 for b in blocks)}, "requests": requests,
                 "waste": waste, "running": stats.num_running, "waiting": stats.num_waiting,
                 "prefix_cache": {"queries_tokens": stats.prefix_queries_tokens, "hits_tokens": 0}}
 

@@ -59,7 +59,12 @@ def test_kv_snapshot_endpoint(server: RunningServer) -> None:
     snapshot = httpx.get(server.base_url + "/v1/kv", timeout=10).json()
     assert snapshot["num_blocks"] == len(snapshot["blocks"]) == server.stats().num_blocks
     assert {"id", "state", "ref_cnt", "filled", "owners"} <= set(snapshot["blocks"][0])
-    assert {"waste", "running", "waiting", "block_size"} <= set(snapshot)
+    assert {"waste", "running", "waiting", "block_size", "counts", "requests"} <= set(snapshot)
+    window = httpx.get(server.base_url + "/v1/kv", params={"offset": 2, "limit": 3}, timeout=10).json()
+    assert [b["id"] for b in window["blocks"]] == [2, 3, 4] and window["counts"] == snapshot["counts"]
+    for bad in ({"limit": 0}, {"offset": -1}, {"limit": "abc"}):
+        response = httpx.get(server.base_url + "/v1/kv", params=bad, timeout=10)
+        assert response.status_code == 400 and response.json()["error"]["param"] == next(iter(bad)), response.text
 
 
 def test_health(server: RunningServer) -> None:

@@ -96,7 +96,10 @@ def validation_error(errors: Sequence[Any]) -> APIError:
 
 
 def _path(error: Any) -> list[str]:
-    return [str(part) for part in error.get("loc", ()) if part != "body"]
+    loc = list(error.get("loc", ()))
+    if loc[:1] == ["query"]:  # a query parameter's name follows
+        loc = loc[1:]
+    return [str(part) for part in loc if part != "body"]
 
 
 def _union_message(errors: Sequence[Any]) -> str | None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
 
 from pagedllm.engine.async_engine import AsyncEngine
@@ -57,9 +57,11 @@ async def metrics(request: Request) -> Response:
 
 
 @read_only("/v1/kv")
-async def kv_snapshot(request: Request) -> dict[str, Any]:
+async def kv_snapshot(request: Request, offset: Annotated[int, Query(ge=0)] = 0,
+                      limit: Annotated[int | None, Query(ge=1)] = None) -> dict[str, Any]:
+    """Blocks [offset, offset + limit) of the pool (every block by default), and the whole pool's counts."""
     engine: AsyncEngine = request.app.state.engine
-    snapshot = await engine.kv_snapshot()
+    snapshot = await engine.kv_snapshot(offset, limit)
     return {**snapshot, "model": engine.model_name}
 
 

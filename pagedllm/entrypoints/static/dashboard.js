@@ -5,10 +5,11 @@ const MAX_DRAWN_BLOCKS = 8192;  // beyond this the grid would be too slow to red
 const WASTE_LABELS = {
   used_slots: "slots in used blocks",
   tokens_stored: "tokens stored",
-  empty_tail_slots: "empty tail slots (internal waste)",
-  empty_tail_fraction: "internal waste fraction",
+  empty_tail_slots: "empty tail slots (held, not yet filled)",
+  empty_tail_fraction: "empty tail fraction (of used slots)",
   token_occupancy: "token occupancy (of the pool)",
   block_occupancy: "block occupancy (of the pool)",
+  slots_reserved: "slots reserved (contiguous allocator)",
 };
 
 function colourOf(requestId) {
@@ -50,7 +51,7 @@ function blockElement(block, blockSize) {
 function drawGrid(snapshot) {
   const grid = document.getElementById("grid");
   const fragment = document.createDocumentFragment();
-  for (const block of snapshot.blocks.slice(0, MAX_DRAWN_BLOCKS)) {
+  for (const block of snapshot.blocks) {
     fragment.appendChild(blockElement(block, snapshot.block_size));
   }
   grid.replaceChildren(fragment);
@@ -84,23 +85,18 @@ function drawSide(snapshot) {
   const cache = snapshot.prefix_cache;
   if (cache) waste.push(["prefix cache hits / queries (tokens)", `${cache.hits_tokens} / ${cache.queries_tokens}`]);
   fillTable("waste", waste);
-  const perRequest = new Map();
-  for (const block of snapshot.blocks) {
-    for (const owner of block.owners) perRequest.set(owner, (perRequest.get(owner) || 0) + 1);
-  }
-  const rows = [...perRequest.entries()].sort().map(([id, n]) => [swatchLabel(id), `${n} blocks`]);
+  const rows = Object.entries(snapshot.requests).map(([id, n]) => [swatchLabel(id), `${n} blocks`]);
   fillTable("requests", rows.length ? rows : [["none", ""]]);
 }
 
 function drawCounts(snapshot) {
-  const count = predicate => snapshot.blocks.filter(predicate).length;
   const set = (id, value) => { document.getElementById(id).textContent = value; };
   set("running", snapshot.running);
   set("waiting", snapshot.waiting);
-  set("used-count", count(b => b.state === "used"));
-  set("shared-count", count(b => b.ref_cnt > 1));
-  set("cached-count", count(b => b.state === "cached"));
-  set("free-count", count(b => b.state === "free"));
+  set("used-count", snapshot.counts.used);
+  set("shared-count", snapshot.counts.shared);
+  set("cached-count", snapshot.counts.cached);
+  set("free-count", snapshot.counts.free);
   set("model", snapshot.model || "");
   const drawn = snapshot.num_blocks > MAX_DRAWN_BLOCKS ? ` (first ${MAX_DRAWN_BLOCKS} drawn)` : "";
   set("geometry", `${snapshot.num_blocks} blocks × ${snapshot.block_size} tokens${drawn}`);
@@ -109,7 +105,8 @@ function drawCounts(snapshot) {
 
 async function refresh() {
   try {
-    const response = await fetch("/v1/kv", { cache: "no-store" });
+    // the first blocks only: the counts and per-request figures cover the whole pool
+    const response = await fetch(`/v1/kv?limit=${MAX_DRAWN_BLOCKS}`, { cache: "no-store" });
     if (!response.ok) throw new Error(`HTTP ${response.status}`);
     const snapshot = await response.json();
     drawGrid(snapshot);
