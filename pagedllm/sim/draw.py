@@ -20,6 +20,7 @@ FREE_RGB = (1.0, 1.0, 1.0)
 CACHED_RGB = (0.86, 0.86, 0.86)
 SHARED_RGB = (0.25, 0.25, 0.32)
 EXTERNAL_RGB = (1.0, 0.80, 0.80)
+BEYOND_RGB = (0.6, 0.6, 0.6)  # the last row's cells past the end of the pool
 
 
 @dataclass(slots=True)
@@ -86,6 +87,7 @@ def _paint(mm: MemoryMap, width: int):
 
     rows = -(-mm.pool_slots // width)
     img = np.ones((rows * width, 3))
+    img[mm.pool_slots:] = BEYOND_RGB
     for start, n in mm.free_runs:
         if mm.next_need is not None and n < mm.next_need:
             img[start:start + n] = EXTERNAL_RGB

@@ -44,3 +44,15 @@ def test_the_png_shows_every_requests_colour(tmp_path):
     pixels = imread(path)[..., :3].reshape(-1, 3)
     for i in range(len(mm.entries)):
         assert (np.abs(pixels - np.array(_colour(i))) < 1.5 / 255).all(axis=1).sum() > 100, f"request {i} not drawn"
+
+
+def test_cells_past_the_end_of_the_pool_are_not_painted_free():
+    from pagedllm.sim.draw import BEYOND_RGB
+
+    trace = [TraceRequest(arrival=0, prompt_len=30, output_len=40)]
+    cfg = SimConfig(pool_slots=1000, max_len=256, block_sizes=(8,), prefix_block_size=None)
+    mm = simulate(trace, cfg, policies=["paged-8"], draw_step=5, draw_policy="paged-8").memory_map
+    img = _paint(mm, _row_width(mm.pool_slots, 8))[0].reshape(-1, 3)
+    assert len(img) > mm.pool_slots  # the last row runs past the pool
+    assert slots_of(img, BEYOND_RGB).tolist() == list(range(mm.pool_slots, len(img)))
+    assert len(slots_of(img, (1.0, 1.0, 1.0))) == mm.pool_slots - mm.entries[0].capacity
