@@ -37,6 +37,7 @@ class EngineProtocol(Protocol):
     tokenizer: Any
     max_model_len: int
     model_name: str
+    sampling_defaults: dict[str, Any]  # a request's sampling fields where it leaves them out
 
     def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
                     arrival_time: float | None = None, cache_salt: str | None = None) -> None: ...
@@ -107,6 +108,7 @@ class AsyncEngine:
         self.model_name: str = engine.model_name
         self.max_model_len: int = engine.max_model_len
         self.vocab_size: int = engine.model_config.vocab_size
+        self.sampling_defaults: dict[str, Any] = engine.sampling_defaults
         # A private copy for the event loop (decoding logprob tokens, echo): HF fast
         # tokenizers are not safe to share between threads.
         self.tokenizer = copy.deepcopy(engine.tokenizer)

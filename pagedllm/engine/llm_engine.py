@@ -25,7 +25,7 @@ from pagedllm.engine.stats import EngineStats
 from pagedllm.engine.step import SchedulerOutput
 from pagedllm.engine.step_logits import StepLogits
 from pagedllm.engine.text_stage import detokenize
-from pagedllm.errors import InvalidInputError
+from pagedllm.errors import InvalidInputError, ModelLoadError
 from pagedllm.kv.block_table import blocks_needed
 from pagedllm.kv.manager import KVCacheManager
 from pagedllm.model.chat_template import render_chat
@@ -94,6 +94,7 @@ class LLMEngine:
         self.swap_space = self.executor.swap_space
         self.scheduler = Scheduler(config, self.kv, self.max_model_len, self.swap_space)
         self.eos_token_ids = _eos_ids(self.model_config, self.tokenizer)
+        self.sampling_defaults = _sampling_defaults(self.model_config.sampling_defaults, path)
         self.output_stage = OutputStage(self.tokenizer, self.eos_token_ids, config.seed, self.device)
         self.requests: dict[str, Request] = {}
         self._ids = itertools.count()
@@ -112,7 +113,7 @@ class LLMEngine:
         cache_salt: str | None = None,
     ) -> str:
         """Queue a request; raises InvalidInputError at once if it can never be served."""
-        params = params or SamplingParams()
+        params = params or self.default_sampling_params()
         request_id = str(next(self._ids)) if request_id is None else request_id
         if request_id in self.requests:
             raise InvalidInputError(f"request id {request_id!r} is already in use")
@@ -255,6 +256,11 @@ class LLMEngine:
             slots_reserved=self.scheduler.num_reserved_slots,
         )
 
+    def default_sampling_params(self) -> SamplingParams:
+        """What a request without its own sampling parameters gets: the model's generation_config.json settings
+        over SamplingParams' defaults."""
+        return SamplingParams(**self.sampling_defaults)
+
     def kv_snapshot(self, offset: int = 0, limit: int | None = None) -> dict:
         """Blocks [offset, offset + limit) with the ids of the requests that hold them; the pool's counts and
         waste (pagedllm.engine.kv_snapshot)."""
@@ -352,6 +358,19 @@ def _model_name(path: str) -> str:
     if Path(path) == default_model_path():
         return DEFAULT_MODEL_NAME
     return Path(path).stem if Path(path).is_file() else Path(path).name
+
+
+def _sampling_defaults(defaults: dict[str, Any], path: str) -> dict[str, Any]:
+    """The model's sampling defaults, checked as SamplingParams checks a request's, and said at start."""
+    try:
+        SamplingParams(**defaults)
+    except InvalidInputError as exc:
+        raise ModelLoadError(f"{path}: generation_config.json's sampling settings: {exc}") from None
+    if defaults:
+        settings = ", ".join(f"{name}={value}" for name, value in defaults.items())
+        logger.info("sampling defaults from the model's generation_config.json: %s (a request's own values win)",
+                    settings)
+    return defaults
 
 
 def _eos_ids(model_config, tokenizer) -> set[int]:

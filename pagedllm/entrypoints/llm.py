@@ -43,7 +43,7 @@ class LLM:
     ) -> list[RequestOutput]:
         """One RequestOutput per prompt, in prompt order, each with its n completions."""
         prompts = _as_prompt_list(prompts)
-        params = _params_per_prompt(sampling_params, len(prompts))
+        params = _params_per_prompt(sampling_params, len(prompts), self.engine.default_sampling_params())
         ids = self._add_all(prompts, params)
         return self._run(ids, use_tqdm)
 
@@ -116,9 +116,10 @@ def _is_token_ids(value: object) -> bool:
     return isinstance(value, (list, tuple)) and all(map(is_int, value))
 
 
-def _params_per_prompt(params: SamplingParams | Seq[SamplingParams] | None, count: int) -> list[SamplingParams]:
+def _params_per_prompt(params: SamplingParams | Seq[SamplingParams] | None, count: int,
+                       default: SamplingParams) -> list[SamplingParams]:
     if params is None:
-        return [SamplingParams()] * count
+        return [default] * count
     if isinstance(params, SamplingParams):
         return [params] * count
     if not isinstance(params, (list, tuple)) or not all(isinstance(p, SamplingParams) for p in params):

@@ -108,7 +108,9 @@ class _SamplingFields(_Body):
                                     f"got {self.truncate_prompt_tokens}")
         return ids[-keep:]
 
-    def _sampling_kwargs(self) -> dict[str, Any]:
+    def _sampling_kwargs(self, defaults: dict[str, Any]) -> dict[str, Any]:
+        """The request's sampling fields; where it leaves one out, the model's default (generation_config.json)
+        if it has one, else SamplingParams'."""
         kwargs: dict[str, Any] = {
             "n": self.n, "seed": self.seed, "stop": self.stop or [], "min_tokens": self.min_tokens,
             "stop_token_ids": self.stop_token_ids or [], "ignore_eos": self.ignore_eos,
@@ -117,6 +119,7 @@ class _SamplingFields(_Body):
         }
         optional = ("temperature", "top_p", "top_k", "min_p", "presence_penalty",
                     "frequency_penalty", "repetition_penalty")
+        kwargs.update({k: defaults[k] for k in optional if k in defaults})
         kwargs.update({k: getattr(self, k) for k in optional if getattr(self, k) is not None})
         return kwargs
 
@@ -153,7 +156,8 @@ class CompletionRequest(_SamplingFields):
             raise InvalidInputError(f"prompt may hold at most {MAX_PROMPTS} prompts, got {len(p)}")
         return list(p)
 
-    def to_sampling_params(self) -> SamplingParams:
+    def to_sampling_params(self, defaults: dict[str, Any] | None = None) -> SamplingParams:
+        """defaults: the model's sampling defaults (LLMEngine.sampling_defaults); max_tokens keeps OpenAI's 16."""
         self._refuse_unsupported(prompt_logprobs="use echo with logprobs")
         if self.suffix:
             raise InvalidInputError("suffix is not supported")
@@ -161,7 +165,7 @@ class CompletionRequest(_SamplingFields):
             raise InvalidInputError("best_of is not supported (only best_of equal to n, which changes nothing)")
         prompt_logprobs = self.logprobs if self.echo else None  # the echoed prompt comes with its logprobs
         return SamplingParams(max_tokens=self.max_tokens, logprobs=self.logprobs, prompt_logprobs=prompt_logprobs,
-                              **self._sampling_kwargs())
+                              **self._sampling_kwargs(defaults or {}))
 
 
 class ContentPart(_Body):
@@ -205,7 +209,9 @@ class ChatCompletionRequest(_SamplingFields):
     chat_template: str | None = None  # refused: the model's own template only
     echo: bool | None = None  # refused
 
-    def to_sampling_params(self) -> SamplingParams:
+    def to_sampling_params(self, defaults: dict[str, Any] | None = None) -> SamplingParams:
+        """defaults: the model's sampling defaults (LLMEngine.sampling_defaults), its max_tokens included."""
+        defaults = defaults or {}
         self._refuse_unsupported(chat_template="the model's own template is used", echo="not for chat",
                                  prompt_logprobs="use /v1/completions with echo and logprobs")
         if self.tools or self.functions:
@@ -217,9 +223,11 @@ class ChatCompletionRequest(_SamplingFields):
             raise InvalidInputError("top_logprobs requires logprobs to be true")
         newer = self.max_completion_tokens is not None
         max_tokens = self.max_completion_tokens if newer else self.max_tokens
+        if max_tokens is None:
+            max_tokens = defaults.get("max_tokens")
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         try:
-            return SamplingParams(max_tokens=max_tokens, logprobs=logprobs, **self._sampling_kwargs())
+            return SamplingParams(max_tokens=max_tokens, logprobs=logprobs, **self._sampling_kwargs(defaults))
         except InvalidInputError as exc:  # named as this request named the field
             renamed = {"logprobs": "top_logprobs", "max_tokens": "max_completion_tokens" if newer else "max_tokens"}
             field, _, rest = str(exc).partition(" ")

@@ -64,6 +64,9 @@ class ModelConfig:
     max_window_layers: int = 0
     bos_token_id: int | None = None
     eos_token_ids: list[int] = field(default_factory=list)
+    # generation_config.json's sampling settings, as SamplingParams fields: the defaults of requests that leave
+    # them out, as in vLLM (its max_new_tokens is max_tokens)
+    sampling_defaults: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.architecture not in SUPPORTED_ARCHITECTURES:

@@ -26,9 +26,15 @@ def read_hf_dir(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     return config, state_dict
 
 
+# generation_config.json's keys that are sampling defaults, and their SamplingParams names (vLLM reads the same)
+SAMPLING_KEYS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
+                 "repetition_penalty": "repetition_penalty", "presence_penalty": "presence_penalty",
+                 "frequency_penalty": "frequency_penalty", "max_new_tokens": "max_tokens"}
+
+
 def read_hf_config(path: Path) -> ModelConfig:
-    """config.json's model, with the end-of-sequence ids of generation_config.json added (instruct models list
-    their turn-end tokens there, and transformers' generate stops at them)."""
+    """config.json's model, with generation_config.json's end-of-sequence ids added (instruct models list their
+    turn-end tokens there, and transformers' generate stops at them) and its sampling settings as defaults."""
     hf_config = read_config_json(path)
     with naming(path / "config.json"):
         config = ModelConfig.from_hf_dict(hf_config)
@@ -37,6 +43,9 @@ def read_hf_config(path: Path) -> ModelConfig:
         for token in _generation_eos(generation, path):
             if token not in config.eos_token_ids:
                 config.eos_token_ids.append(token)
+        if isinstance(generation, dict):
+            config.sampling_defaults = {name: generation[key] for key, name in SAMPLING_KEYS.items()
+                                        if generation.get(key) is not None}
     return config
 
 

@@ -6,7 +6,7 @@ from test_engine import GREEDY, make_engine, random_prompts, run_all, tokens
 
 from pagedllm.engine import output_stage
 from pagedllm.entrypoints.llm import LLM
-from pagedllm.errors import InvalidInputError
+from pagedllm.errors import InvalidInputError, ModelLoadError
 from pagedllm.sampling_params import SamplingParams
 
 
@@ -269,3 +269,34 @@ def test_a_kv_snapshot_window_and_the_whole_pools_figures_agree(tiny_llama_dir):
     assert window["blocks"] == blocks[10:15] and window["offset"] == 10
     assert {k: v for k, v in window.items() if k not in ("blocks", "offset")} == {
         k: v for k, v in whole.items() if k not in ("blocks", "offset")}
+
+
+def test_generation_config_sampling_settings_are_the_defaults(tmp_path, tiny_llama_dir):
+    """As in vLLM: where a request leaves a sampling field out, the model's generation_config.json value holds
+    (top_k=1: greedy; max_new_tokens: max_tokens); the request's own value wins."""
+    import json
+    import shutil
+
+    shutil.copytree(tiny_llama_dir, tmp_path / "m")
+    generation = json.loads((tmp_path / "m" / "generation_config.json").read_text())
+    settings = {"temperature": 0.7, "top_k": 1, "max_new_tokens": 3, "do_sample": True}
+    (tmp_path / "m" / "generation_config.json").write_text(json.dumps(generation | settings))
+    engine = make_engine(tmp_path / "m")
+    assert engine.sampling_defaults == {"temperature": 0.7, "top_k": 1, "max_tokens": 3}
+    prompt = [5, 6, 7, 8]
+    greedy = run_all(make_engine(tiny_llama_dir), [prompt], SamplingParams(max_tokens=3, **GREEDY))[0]
+    llm = LLM(model=str(tmp_path / "m"), num_blocks=64, block_size=4)
+    (defaulted,) = llm.generate([prompt], use_tqdm=False)
+    assert defaulted.outputs[0].token_ids == greedy.outputs[0].token_ids
+    (own,) = llm.generate([prompt], SamplingParams(max_tokens=5, temperature=0.0), use_tqdm=False)
+    assert len(own.outputs[0].token_ids) == 5
+
+
+def test_bad_generation_config_sampling_settings_are_refused_at_load(tmp_path, tiny_llama_dir):
+    import json
+    import shutil
+
+    shutil.copytree(tiny_llama_dir, tmp_path / "m")
+    (tmp_path / "m" / "generation_config.json").write_text(json.dumps({"top_p": 1.5}))
+    with pytest.raises(ModelLoadError, match=r"generation_config.json's sampling settings: top_p must be in"):
+        make_engine(tmp_path / "m")

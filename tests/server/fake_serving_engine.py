@@ -96,6 +96,7 @@ class FakeEngine:
         self.model_config = SimpleNamespace(vocab_size=EOS + 1)
         self.max_model_len = config.max_model_len or 256
         self.model_name = config.served_model_name or "fake-model"
+        self.sampling_defaults: dict = {}
         self.step_delay = step_delay
         self.pool = _Pool(config.num_blocks or 64)
         self.requests: dict[str, _Req] = {}

@@ -31,7 +31,7 @@ async def create_chat_completion(request: Request) -> Any:
     body = await parse_body(request, ChatCompletionRequest)
     check_model(engine, body.model)
     body.check_stream_options()
-    params = body.to_sampling_params()
+    params = body.to_sampling_params(engine.sampling_defaults)
     prompt = await _prompt_ids(request.app.state.prompts, engine.max_model_len, body, params)
     submission = await submit(engine, "chatcmpl", [prompt], params, body.cache_salt)
     view = _View(body, submission, params.n, request.app.state.token_text)

@@ -31,7 +31,7 @@ async def create_completion(request: Request) -> Any:
     body = await parse_body(request, CompletionRequest)
     check_model(engine, body.model)
     body.check_stream_options()
-    params = body.to_sampling_params()
+    params = body.to_sampling_params(engine.sampling_defaults)
     prompts = await _prompt_ids(request.app.state.prompts, engine.max_model_len, body, params)
     submission = await submit(engine, "cmpl", prompts, params, body.cache_salt)
     view = _View(body, submission, params.n, request.app.state.token_text)
