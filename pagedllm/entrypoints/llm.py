@@ -58,6 +58,12 @@ class LLM:
     ) -> list[RequestOutput]:
         """Apply the model's chat template to each conversation (messages as the server takes them:
         pagedllm.model.chat_template), then generate."""
+        for name, value in (("add_generation_prompt", add_generation_prompt),
+                            ("continue_final_message", continue_final_message)):
+            if not isinstance(value, bool):
+                raise InvalidInputError(f"{name} must be True or False, got {value!r}")
+        if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, dict):
+            raise InvalidInputError(f"chat_template_kwargs must be a dict, got {chat_template_kwargs!r:.80}")
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         options = dict(add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message,
                        template_kwargs=chat_template_kwargs)

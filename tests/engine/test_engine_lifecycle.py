@@ -300,3 +300,15 @@ def test_bad_generation_config_sampling_settings_are_refused_at_load(tmp_path, t
     (tmp_path / "m" / "generation_config.json").write_text(json.dumps({"top_p": 1.5}))
     with pytest.raises(ModelLoadError, match=r"generation_config.json's sampling settings: top_p must be in"):
         make_engine(tmp_path / "m")
+
+
+def test_llm_chat_renders_as_the_server_does_and_checks_its_options(tiny_llama_dir):
+    llm = LLM(model=str(tiny_llama_dir), num_blocks=64, block_size=4)
+    messages = [{"role": "user", "content": "hello"}]
+    (out,) = llm.chat(messages, SamplingParams(max_tokens=2, temperature=0.0), use_tqdm=False)
+    assert out.prompt_token_ids == llm.engine.apply_chat_template(messages)
+    for options, field in [({"add_generation_prompt": "no"}, "add_generation_prompt"),
+                           ({"continue_final_message": None}, "continue_final_message"),
+                           ({"chat_template_kwargs": "x"}, "chat_template_kwargs")]:
+        with pytest.raises(InvalidInputError, match=field):
+            llm.chat(messages, **options)
