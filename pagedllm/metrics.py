@@ -49,7 +49,8 @@ COUNTERS: dict[str, tuple[str, str]] = {
     "prefix_cache_hits_tokens": ("Prompt tokens served from the prefix cache (at first admission).",
                                  "prefix_hits_tokens"),
     "num_preemptions": ("Requests preempted for lack of KV blocks.", "num_preemptions"),
-    "prompt_tokens": ("Prompt tokens computed (prefix cache hits excluded, recomputation after a preemption included).", "prompt_tokens_total"),
+    "prompt_tokens": ("Prompt tokens computed (prefix cache hits excluded, recomputation after a preemption "
+                      "included).", "prompt_tokens_total"),
     "generation_tokens": ("Tokens generated.", "generation_tokens_total"),
 }
 

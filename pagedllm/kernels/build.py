@@ -8,9 +8,9 @@ torch's extension loader rebuilds whenever the include paths it compiled with ch
 found, or the build fails, `load_cpu_kernels()` logs one line and returns None, and the engine keeps its
 torch path.
 
-PAGEDLLM_DISABLE_KERNELS=1 (or true, yes, on) keeps the torch path. PAGEDLLM_KERNELS_ISA=avx2 builds for AVX2 alone (-march=haswell) and hides the CPU's newer vector flags from
-every choice made by them (kernels, dtype "auto", tests): the AVX2 path tested on a CPU that has more
-(`make test-avx2`).
+PAGEDLLM_DISABLE_KERNELS=1 (or true, yes, on) keeps the torch path. PAGEDLLM_KERNELS_ISA=avx2 builds for AVX2
+alone (-march=haswell) and hides the CPU's newer vector flags from every choice made by them (kernels, dtype
+"auto", tests): the AVX2 path tested on a CPU that has more (`make test-avx2`).
 """
 
 import contextlib

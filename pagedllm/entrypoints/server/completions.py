@@ -45,7 +45,8 @@ async def _prompt_ids(processor: PromptProcessor, max_model_len: int, body: Comp
                       params: SamplingParams) -> list[list[int]]:
     """Every prompt tokenized off the engine thread, each checked against the context length."""
     limits.check_sampling(params, processor.vocab_size)
-    prompts = await processor.completion_prompts(body.prompts(), add_special_tokens=body.add_special_tokens is not False)
+    special = body.add_special_tokens is not False  # the default for a text prompt: yes
+    prompts = await processor.completion_prompts(body.prompts(), add_special_tokens=special)
     prompts = [body.truncated(ids, max_model_len) for ids in prompts]
     # max_tokens left out defaults to 16, which the engine shortens to what the context leaves.
     asked = body.max_tokens if "max_tokens" in body.model_fields_set else None
