@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from pagedllm.model.config import ModelConfig
-from pagedllm.model.hf_loader import INDEX_NAME
+from pagedllm.model.hf_loader import INDEX_NAME, SAMPLING_KEYS
 
 
 def save_hf_dir(model: torch.nn.Module, config: ModelConfig, out: Path, tokenizer: Any | None = None) -> list[Path]:
@@ -42,7 +42,10 @@ def _generation_config(config: ModelConfig, tokenizer: Any | None) -> dict[str, 
     tok_eos = getattr(tokenizer, "eos_token_id", None)
     if tok_eos is not None and tok_eos not in eos:
         eos.append(tok_eos)
-    return {"bos_token_id": config.bos_token_id, "eos_token_id": eos[0] if len(eos) == 1 else eos or None}
+    sampling = {key: config.sampling_defaults[name] for key, name in SAMPLING_KEYS.items()
+                if name in config.sampling_defaults}
+    return {"bos_token_id": config.bos_token_id, "eos_token_id": eos[0] if len(eos) == 1 else eos or None,
+            **sampling}
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

@@ -62,3 +62,19 @@ def test_an_empty_output_path_is_refused(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["convert", "--to-hf", "", "--model", str(tmp_path / "x.gguf")]) == 2
     assert "empty" in capsys.readouterr().err and not list(tmp_path.iterdir())
+
+
+def test_an_hf_directorys_sampling_settings_survive_conversion(tmp_path, tiny_llama_dir):
+    import json
+    import shutil
+
+    from pagedllm.model.hf_loader import read_hf_config
+
+    shutil.copytree(tiny_llama_dir, tmp_path / "m")
+    generation = json.loads((tmp_path / "m" / "generation_config.json").read_text())
+    settings = {"temperature": 0.6, "top_p": 0.9, "max_new_tokens": 64}
+    (tmp_path / "m" / "generation_config.json").write_text(json.dumps(generation | settings))
+    assert main(["convert", "--to-hf", str(tmp_path / "out"), "--model", str(tmp_path / "m")]) == 0
+    written = json.loads((tmp_path / "out" / "generation_config.json").read_text())
+    assert {key: written[key] for key in settings} == settings
+    assert read_hf_config(tmp_path / "out").sampling_defaults == {"temperature": 0.6, "top_p": 0.9, "max_tokens": 64}
