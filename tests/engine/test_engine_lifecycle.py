@@ -312,3 +312,18 @@ def test_llm_chat_renders_as_the_server_does_and_checks_its_options(tiny_llama_d
                            ({"chat_template_kwargs": "x"}, "chat_template_kwargs")]:
         with pytest.raises(InvalidInputError, match=field):
             llm.chat(messages, **options)
+
+
+def test_a_beam_ending_on_one_of_the_models_other_end_tokens_reports_it(tmp_path, tiny_llama_dir):
+    import json
+    import shutil
+
+    beam = SamplingParams(n=2, use_beam_search=True, beam_width=2, temperature=0.0, max_tokens=8)
+    free = run_all(make_engine(tiny_llama_dir), [[5, 6, 7]], beam)[0]
+    stop_at = free.outputs[0].token_ids[2]
+    shutil.copytree(tiny_llama_dir, tmp_path / "m")
+    generation = json.loads((tmp_path / "m" / "generation_config.json").read_text())
+    (tmp_path / "m" / "generation_config.json").write_text(json.dumps({**generation, "eos_token_id": [2, stop_at]}))
+    out = run_all(make_engine(tmp_path / "m"), [[5, 6, 7]], beam)[0]
+    ended = [c for c in out.outputs if c.finish_reason == "stop"]
+    assert ended and all(c.token_ids[-1] == stop_at and c.stop_reason == stop_at for c in ended)
