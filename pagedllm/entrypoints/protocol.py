@@ -156,15 +156,22 @@ class CompletionRequest(_SamplingFields):
             raise InvalidInputError(f"prompt may hold at most {MAX_PROMPTS} prompts, got {len(p)}")
         return list(p)
 
+    @property
+    def scores_the_prompt(self) -> bool:
+        """echo with max_tokens 0: the prompt (and its logprobs) alone, as evaluation harnesses score a text."""
+        return self.echo and self.max_tokens == 0
+
     def to_sampling_params(self, defaults: dict[str, Any] | None = None) -> SamplingParams:
-        """defaults: the model's sampling defaults (LLMEngine.sampling_defaults); max_tokens keeps OpenAI's 16."""
+        """defaults: the model's sampling defaults (LLMEngine.sampling_defaults); max_tokens keeps OpenAI's 16.
+        Scoring the prompt runs one token, which the response leaves out (as vLLM does)."""
         self._refuse_unsupported(prompt_logprobs="use echo with logprobs")
         if self.suffix:
             raise InvalidInputError("suffix is not supported")
         if self.best_of is not None and self.best_of != self.n:
             raise InvalidInputError("best_of is not supported (only best_of equal to n, which changes nothing)")
         prompt_logprobs = self.logprobs if self.echo else None  # the echoed prompt comes with its logprobs
-        return SamplingParams(max_tokens=self.max_tokens, logprobs=self.logprobs, prompt_logprobs=prompt_logprobs,
+        max_tokens = 1 if self.scores_the_prompt else self.max_tokens
+        return SamplingParams(max_tokens=max_tokens, logprobs=self.logprobs, prompt_logprobs=prompt_logprobs,
                               **self._sampling_kwargs(defaults or {}))
 
 

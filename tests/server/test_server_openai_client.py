@@ -84,6 +84,23 @@ def test_completion_echo_with_logprobs_covers_the_prompt_first(server: RunningSe
     assert streamed == lp.text_offset
 
 
+def test_echo_with_max_tokens_zero_scores_the_prompt_alone(server: RunningServer) -> None:
+    """How evaluation harnesses score a text: the prompt and its logprobs, nothing generated (as vLLM answers)."""
+    client = sync_client(server)
+    prompt = [72, 105, 33, 40]
+    scored = client.completions.create(model=server.model, prompt=prompt, max_tokens=0, echo=True, logprobs=1)
+    choice = scored.choices[0]
+    assert scored.usage.completion_tokens == 0 and choice.finish_reason == "length"
+    assert len(choice.logprobs.tokens) == len(prompt) and choice.logprobs.token_logprobs[0] is None
+    full = client.completions.create(model=server.model, prompt=prompt, max_tokens=2, echo=True, logprobs=1)
+    assert choice.text and full.choices[0].text.startswith(choice.text)  # the echoed prompt, no completion
+    assert choice.logprobs.token_logprobs == full.choices[0].logprobs.token_logprobs[: len(prompt)]
+    chunks = list(client.completions.create(model=server.model, prompt=prompt, max_tokens=0, echo=True, logprobs=1,
+                                            stream=True))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == choice.text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+
+
 def test_logit_bias_forces_a_token(server: RunningServer) -> None:
     client = sync_client(server)
     forced = 72  # a token id of both engines' tokenizers

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -90,9 +91,18 @@ class _View:
         logprobs = prompt_logprobs(output.prompt_token_ids, output.prompt_logprobs, self.text_of)
         return text, logprobs, sum(map(len, logprobs["tokens"]))
 
+    def _shown(self, output: RequestOutput) -> RequestOutput:
+        """The output as the response shows it: scoring the prompt, without the one token run to get there."""
+        if not self.body.scores_the_prompt:
+            return output
+        return replace(output, outputs=[
+            replace(c, text="", token_ids=[], logprobs=None if c.logprobs is None else [], cumulative_logprob=0.0,
+                    stop_reason=None, finish_reason=c.finish_reason and "length", new_text="", new_token_ids=[],
+                    new_logprobs=None if c.new_logprobs is None else []) for c in output.outputs])
+
     def response(self, finals: list[RequestOutput]) -> dict[str, Any]:
         choices, completion_tokens = [], 0
-        for prompt_index, output in enumerate(finals):
+        for prompt_index, output in enumerate(map(self._shown, finals)):
             prefix, echoed, offset = self._echo(prompt_index, output) if self.body.echo else ("", None, 0)
             for c in output.outputs:
                 completion_tokens += len(c.token_ids)
@@ -122,6 +132,7 @@ class _View:
         completion_tokens: dict[int, int] = {}
         try:
             async for output in self.submission.outputs():
+                output = self._shown(output)
                 prompt_index = self.submission.prompt_index(output)
                 if self.body.echo and prompt_index not in echoed and _prompt_logprobs_done(output):
                     text, logprobs, echoed[prompt_index] = self._echo(prompt_index, output)
