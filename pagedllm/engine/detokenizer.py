@@ -6,7 +6,7 @@ spaces and merges decode as they would in the full sequence) and
 `read_offset..end` holds the tokens not yet turned into text. The new text is
 decode(window) minus decode(context); while it ends in U+FFFD (a UTF-8
 character split across byte tokens) it is held back until later tokens
-complete it.
+complete it, and dropped if none do.
 
 Stop strings are searched in the accumulated text. While streaming, any tail
 that could still grow into a stop string is held back, so partial stop text
@@ -100,10 +100,11 @@ class IncrementalDetokenizer:
         return self._advance(final=False)
 
     def finish(self) -> str:
-        """End of the completion: flush whatever was held back and return it."""
+        """End of the completion: flush whatever was held back and return it; a character its last tokens leave
+        incomplete is dropped, as vLLM drops it, not shown as U+FFFD."""
         if self._final is not None:
             return ""
-        self._decoded += self._decode_new(flush=True)
+        self._decoded += self._decode_new(flush=True).rstrip(REPLACEMENT_CHAR)
         return self._advance(final=True)
 
     def _decode_new(self, flush: bool) -> str:

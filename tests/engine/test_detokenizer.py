@@ -245,3 +245,10 @@ def test_decode_after_reads_the_ids_as_they_follow_the_prompt(byte_fallback):
     yes = [byte_fallback.token_to_id("▁yes")]
     assert byte_fallback.decode(yes) == "yes"  # alone, the decoder strips a leading space
     assert decode_after(byte_fallback, [byte_fallback.token_to_id("▁Reply")], yes, True) == " yes"
+
+
+def test_a_character_left_incomplete_at_the_end_is_dropped(tokenizer):
+    """As vLLM: the output stops inside a character (max_tokens); its first bytes are not shown as U+FFFD."""
+    ids = tokenizer.encode(" ok 😀", add_special_tokens=False)
+    detok, deltas = stream(tokenizer, ids[:-1], SamplingParams())
+    assert "".join(deltas) == detok.text == " ok "
