@@ -43,3 +43,29 @@ def test_chat_top_logprobs_are_exactly_the_alternatives() -> None:
     (item,) = chat_logprobs(entries, TokenText(LetterTokenizer()))["content"]
     assert item["token"] == "c" and item["logprob"] == -3.0 and item["bytes"] == [99]
     assert item["top_logprobs"] == [{"token": "a", "logprob": -0.5, "bytes": [97]}]
+
+
+def test_chat_bytes_join_into_characters_split_across_tokens() -> None:
+    """OpenAI's `bytes` are the token's own: a byte-level token holding half a character reads '�', but its
+    bytes are the real ones, so that a client can join them (they were the bytes of '�')."""
+    from tiny import make_tiny_tokenizer
+
+    tokenizer = make_tiny_tokenizer()
+    text = "naïve 日本 😀!"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    entries = [TokenLogprob(token_id=i, logprob=-1.0, top={}) for i in ids]
+    content = chat_logprobs(entries, TokenText(tokenizer))["content"]
+    assert any(item["token"] == "\ufffd" for item in content)  # some token splits a character
+    assert bytes(b for item in content for b in item["bytes"]).decode("utf-8") == text
+
+
+def test_a_sentencepiece_byte_tokens_bytes_are_its_byte() -> None:
+    class ByteTokens:
+        def decode(self, ids: list[int]) -> str:
+            return "\ufffd"
+
+        def convert_ids_to_tokens(self, token_id: int) -> str:
+            return f"<0x{token_id:02X}>"
+
+    (item,) = chat_logprobs([TokenLogprob(token_id=0xF0, logprob=-1.0, top={})], TokenText(ByteTokens()))["content"]
+    assert item["bytes"] == [0xF0]
