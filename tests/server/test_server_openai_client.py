@@ -190,7 +190,8 @@ def test_chat_n_and_logprobs(server: RunningServer) -> None:
     for choice in r.choices:
         entries = choice.logprobs.content
         assert entries and all(e.logprob <= 0 and len(e.top_logprobs) <= 2 for e in entries)
-        assert all(e.bytes == list(e.token.encode()) for e in entries)
+        # a token that reads whole: its text's bytes (one splitting a character reads "\ufffd", its own bytes)
+        assert all(e.bytes == list(e.token.encode()) for e in entries if "\ufffd" not in e.token)
     assert r.usage.completion_tokens == sum(len(c.logprobs.content) for c in r.choices)
 
 
