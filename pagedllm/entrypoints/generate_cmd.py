@@ -4,12 +4,14 @@ import argparse
 import sys
 
 from pagedllm.entrypoints.engine_args import add_engine_arguments, engine_config_from_args
+from pagedllm.errors import InvalidInputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("prompt", help="the prompt (with --chat: the user message)")
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
-    parser.add_argument("--system", default=None, help="system message (with --chat)")
+    parser.add_argument("--system", default=None,
+                        help="system message (with --chat; an empty one replaces a template's default)")
     s = parser.add_argument_group("sampling")
     s.add_argument("--max-tokens", type=int, default=256, help="most tokens to generate")
     s.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -30,6 +32,8 @@ def run(args: argparse.Namespace) -> int:
     from pagedllm.sampling_params import SamplingParams
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    if args.system is not None and not args.chat:
+        raise InvalidInputError("--system needs --chat (the system message goes through the chat template)")
     params = SamplingParams(
         max_tokens=args.max_tokens,
         temperature=args.temperature,
@@ -54,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 def _prompt(engine, args: argparse.Namespace) -> str | list[int]:
     if not args.chat:
         return args.prompt
-    messages = [{"role": "system", "content": args.system}] if args.system else []
+    messages = [{"role": "system", "content": args.system}] if args.system is not None else []
     messages.append({"role": "user", "content": args.prompt})
     return engine.apply_chat_template(messages)
 
