@@ -18,3 +18,33 @@ def test_a_requests_own_values_win() -> None:
         DEFAULTS)
     assert (chat.temperature, chat.top_p, chat.max_tokens) == (0.0, 0.9, 7)
     assert ChatCompletionRequest(messages=MESSAGES).to_sampling_params().temperature == 1.0  # no model defaults
+
+
+def test_a_models_default_max_tokens_is_shortened_to_the_context_not_refused(tmp_path, tiny_llama_dir) -> None:
+    """A chat leaving max_tokens out, on a model whose max_new_tokens passes the context: the engine shortens it,
+    as when there is no default; only a value the client sent is refused."""
+    import json
+    import shutil
+
+    import httpx
+
+    from pagedllm.config import EngineConfig
+    from pagedllm.engine.llm_engine import LLMEngine
+    from server_harness import start_server
+
+    shutil.copytree(tiny_llama_dir, tmp_path / "m")
+    generation = json.loads((tmp_path / "m" / "generation_config.json").read_text())
+    (tmp_path / "m" / "generation_config.json").write_text(json.dumps(generation | {"max_new_tokens": 1000}))
+    engine = LLMEngine(EngineConfig(model=str(tmp_path / "m"), dtype="float32", num_blocks=64, block_size=4,
+                                    max_model_len=64))
+    server = start_server(engine)
+    try:
+        url = server.base_url + "/v1/chat/completions"
+        body = {"messages": MESSAGES, "temperature": 0, "ignore_eos": True}
+        answer = httpx.post(url, json=body, timeout=60)
+        assert answer.status_code == 200, answer.text
+        usage = answer.json()["usage"]
+        assert usage["prompt_tokens"] + usage["completion_tokens"] == 64  # up to the context
+        assert httpx.post(url, json=body | {"max_tokens": 1000}, timeout=60).status_code == 400
+    finally:
+        server.stop()
