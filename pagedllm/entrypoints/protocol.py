@@ -228,17 +228,22 @@ class ChatCompletionRequest(_SamplingFields):
                 raise InvalidInputError(f"{name} {getattr(self, name)!r} is not supported: there are no tools")
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidInputError("top_logprobs requires logprobs to be true")
-        newer = self.max_completion_tokens is not None
-        max_tokens = self.max_completion_tokens if newer else self.max_tokens
+        max_tokens, max_tokens_field = self.asked_max_tokens()
         if max_tokens is None:
             max_tokens = defaults.get("max_tokens")
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         try:
             return SamplingParams(max_tokens=max_tokens, logprobs=logprobs, **self._sampling_kwargs(defaults))
         except InvalidInputError as exc:  # named as this request named the field
-            renamed = {"logprobs": "top_logprobs", "max_tokens": "max_completion_tokens" if newer else "max_tokens"}
+            renamed = {"logprobs": "top_logprobs", "max_tokens": max_tokens_field}
             field, _, rest = str(exc).partition(" ")
             raise InvalidInputError(f"{renamed.get(field, field)} {rest}") from None
+
+    def asked_max_tokens(self) -> tuple[int | None, str]:
+        """The client's own token limit and the field it came in (max_completion_tokens wins over max_tokens)."""
+        if self.max_completion_tokens is not None:
+            return self.max_completion_tokens, "max_completion_tokens"
+        return self.max_tokens, "max_tokens"
 
     def template_messages(self) -> list[dict[str, Any]]:
         return [m.as_template_dict() for m in self.messages]

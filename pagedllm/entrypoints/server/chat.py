@@ -48,11 +48,9 @@ async def _prompt_ids(processor: PromptProcessor, max_model_len: int, body: Chat
     ids = await processor.chat_prompt(body.template_messages(), body.template_options(), bool(body.add_special_tokens))
     ids = body.truncated(ids, max_model_len)
     limits.check_prompt_length(len(ids), "messages", max_model_len)
-    param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     # the request's own value only: the model's default (generation_config.json), like none, is shortened by the
     # engine to what the context leaves
-    asked = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    limits.check_completion_budget(len(ids), asked, param, max_model_len)
+    limits.check_completion_budget(len(ids), *body.asked_max_tokens(), max_model_len)
     return ids
 
 
