@@ -9,9 +9,8 @@ from pagedllm.errors import InvalidInputError
 
 MAX_LOGPROBS = 20
 MAX_LOGIT_BIAS = 100  # as OpenAI bounds it
-# Temperature divides float32 logits: outside these bounds (0 apart) the quotient overflows or underflows.
-# Temperature and repetition penalty divide float32 logits: past these bounds the quotient overflows or underflows
-# float32 and sampling turns to NaN.
+# Temperature and repetition penalty divide float32 logits: past these bounds (a temperature of 0 apart) the
+# quotient overflows or underflows float32 and sampling turns to NaN.
 MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-6, 1e6
 MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY = 1e-6, 1e6
 MAX_TOP_K = 2**31 - 1  # larger is "every token" anyway; the sampler keeps top_k in 64-bit tensors
@@ -89,6 +88,11 @@ class SamplingParams:
         if not self.ignore_eos:
             ids |= set(eos_token_ids)
         return ids
+
+    def stop_reason(self, token: int, tokenizer_eos: int | None) -> int | None:
+        """What a sequence stopped by `token` reports, as vLLM does: None for the tokenizer's end token, the id
+        of any other (stop_token_ids, the model's other end tokens)."""
+        return None if token == tokenizer_eos and not self.ignore_eos else token
 
     def _normalize(self) -> None:
         if isinstance(self.stop, str):

@@ -23,9 +23,7 @@ class OutputStage:
     ) -> None:
         self.tokenizer = direct_decoder(tokenizer)
         self.eos_token_ids = eos_token_ids
-        # The tokenizer's end token stops with stop_reason None; the model's other end tokens (Llama 3's
-        # several, generation_config.json's) are stop tokens like stop_token_ids and are reported, as in vLLM.
-        self.primary_eos = tokenizer.eos_token_id
+        self.tokenizer_eos = tokenizer.eos_token_id  # the end token reported as no stop_reason
         self.device = torch.device(device)  # where the logits are: each completion's generator lives there
         self._rng = torch.Generator().manual_seed(seed)
 
@@ -105,8 +103,7 @@ class OutputStage:
         params = request.params
         num_out = len(seq.token_ids) + 1 - seq.num_prompt_tokens
         if num_out >= params.min_tokens and token in params.stop_ids(self.eos_token_ids):
-            primary_eos = token == self.primary_eos and not params.ignore_eos
-            return "stop", None if primary_eos else token
+            return "stop", params.stop_reason(token, self.tokenizer_eos)
         if len(seq.token_ids) + 1 >= request.max_total_len:
             return "length", None
         return None, None

@@ -39,9 +39,7 @@ def _beam_outputs(choice: BeamChoice, tokenizer: Tokenizer) -> list[CompletionOu
         # as a sampled sequence ends: the stop token's text only with include_stop_str_in_output
         shown = ids[:-1] if stopped and not params.include_stop_str_in_output else ids
         text = decode_after(tokenizer, choice.request.prompt_token_ids, shown, params.skip_special_tokens)
-        # as a sampled sequence reports it (OutputStage): the tokenizer's end token as None, another stop by its id
-        primary_eos = ids[-1] == getattr(tokenizer, "eos_token_id", None) and not params.ignore_eos
-        stop_reason = ids[-1] if stopped and not primary_eos else None
+        stop_reason = params.stop_reason(ids[-1], getattr(tokenizer, "eos_token_id", None)) if stopped else None
         outputs.append(CompletionOutput(
             index=i, text=text, token_ids=ids, logprobs=None, finish_reason=hypothesis.finish_reason,
             cumulative_logprob=hypothesis.cum_logprob, new_text=text, new_token_ids=list(ids),
