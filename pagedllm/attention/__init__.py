@@ -2,15 +2,16 @@
 
 `paged_attention(query, kv_cache, meta, scale, impl)` is the one interface the model calls; `impl` picks:
 
-- "auto" (default): "compiled" where the compiled CPU kernels load, else "fast".
+- "auto" (default): on the CPU "compiled" where the compiled kernels load and cover the head size and dtype,
+  else "fast"; on CUDA "triton" (choice.py).
 - "compiled": one C++ kernel call for the whole mixed batch, reading K/V through the block tables in place
   (compiled.py, pagedllm/csrc/paged_attention.cpp).
 - "fast": the torch path (fast.py): one batched padded matmul pair per chunk of decode sequences, torch SDPA
   per prefill sequence (is_causal when nothing is cached).
 - "reference": gather each sequence's K/V, repeat KV heads, dense SDPA with an explicit mask.
 - "blockwise": softmax partials per group of blocks, merged exactly (merge.py).
-- "triton": the Triton kernels (triton/), for CUDA tensors; "auto" picks it for a query on a CUDA device
-  when triton is installed. Under TRITON_INTERPRET=1 it also runs on CPU tensors (the tests).
+- "triton": the Triton kernels (triton/), for CUDA tensors. Under TRITON_INTERPRET=1 they also run on CPU
+  tensors (the tests).
 
 On CUDA, write_kv uses the Triton KV-write kernel when triton is installed.
 
@@ -19,8 +20,8 @@ KV layout per layer: [2, num_kv_heads, num_blocks, block_size, head_dim]; see do
 
 import torch
 
+from pagedllm.attention.choice import IMPLS, resolve_attention_impl
 from pagedllm.attention.kv_cache import (
-    KV_LAYOUT,
     allocate_kv_caches,
     copy_blocks,
     gather_blocks,
@@ -32,7 +33,6 @@ from pagedllm.attention.metadata import AttentionMetadata
 from pagedllm.attention.reference import reference_attention
 
 __all__ = [
-    "KV_LAYOUT",
     "AttentionMetadata",
     "allocate_kv_caches",
     "copy_blocks",
@@ -40,31 +40,16 @@ __all__ = [
     "kv_cache_bytes_per_block",
     "merge_partials",
     "paged_attention",
-    "resolve_impl",
+    "resolve_attention_impl",
     "write_kv",
 ]
-
-IMPLS = ("auto", "compiled", "fast", "reference", "blockwise", "triton")
-
-
-def resolve_impl(impl: str, query: torch.Tensor) -> str:
-    """The implementation "auto" stands for on this machine for this query; any other name unchanged."""
-    if impl != "auto":
-        return impl
-    if query.is_cuda:
-        from pagedllm.attention.triton import is_available
-
-        return "triton" if is_available() else "reference"
-    from pagedllm.attention.compiled import compiled_covers
-
-    return "compiled" if compiled_covers(query.shape[-1], query.dtype, query.device.type) else "fast"
-
 
 def paged_attention(
     query: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata, scale: float, impl: str = "auto"
 ) -> torch.Tensor:
     """query: [num_tokens, num_heads, head_dim]; returns the same shape."""
-    impl = resolve_impl(impl, query)
+    if impl == "auto" or impl not in IMPLS:  # a name already resolved (the engine's) runs as given
+        impl = resolve_attention_impl(impl, query.shape[-1], query.dtype, query.device)
     if impl == "compiled":
         from pagedllm.attention.compiled import compiled_attention
 
@@ -79,8 +64,6 @@ def paged_attention(
         from pagedllm.attention.blockwise import blockwise_attention
 
         return blockwise_attention(query, kv_cache, meta, scale)
-    if impl == "triton":
-        from pagedllm.attention.triton import triton_attention
+    from pagedllm.attention.triton import triton_attention  # "triton", the one name left
 
-        return triton_attention(query, kv_cache, meta, scale)
-    raise ValueError(f"unknown attention impl {impl!r}; choose one of {IMPLS}")
+    return triton_attention(query, kv_cache, meta, scale)

@@ -11,9 +11,6 @@ import functools
 
 import torch
 
-KV_LAYOUT = "[2, num_kv_heads, num_blocks, block_size, head_dim]"
-
-
 def allocate_kv_caches(
     num_layers: int,
     num_blocks: int,

@@ -15,7 +15,8 @@ from pagedllm.config import EngineConfig
 from pagedllm.engine.device import resolve_device
 from pagedllm.engine.kv_snapshot import kv_snapshot
 from pagedllm.engine.executor import LocalExecutor
-from pagedllm.engine.model_runner import ModelRunner, SeqInput, block_bytes
+from pagedllm.engine.model_runner import ModelRunner, SeqInput
+from pagedllm.engine.pool_sizing import block_bytes, num_blocks_for_memory
 from pagedllm.engine.prompt_logprobs import prompt_rows, record_prompt_logprobs
 from pagedllm.engine.output_stage import OutputStage
 from pagedllm.engine.outputs import RequestOutput
@@ -284,8 +285,6 @@ class LLMEngine:
 
     def _blocks_for_budget(self) -> int:
         """On CUDA from gpu_memory_utilization (a profiled step), else from kv_cache_memory."""
-        from pagedllm.engine.model_runner import num_blocks_for_memory
-
         if self.device.type == "cuda":
             from pagedllm.engine.pool_sizing import gpu_pool_blocks
 
@@ -298,8 +297,6 @@ class LLMEngine:
         """Rank 0 of a tensor-parallel engine: the other ranks started (or joined, under torchrun) and every
         rank's shard loaded. Each rank's pool gets kv_cache_memory for its own KV heads."""
         from pagedllm.distributed.startup import start_rank0
-        from pagedllm.engine.model_runner import num_blocks_for_memory
-
         config = self.config
         if self.device.type == "cuda" and self.device.index not in (None, 0):
             raise InvalidInputError("with tensor_parallel_size > 1 each rank uses the GPU of its local rank; "

@@ -5,18 +5,17 @@ The weights and the KV pool live on the runner's device; per step the index tens
 copy (pinned, non-blocking on CUDA) and the logits stay there for the sampler."""
 
 import itertools
-import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from pagedllm.attention import AttentionMetadata, allocate_kv_caches, copy_blocks, kv_cache_bytes_per_block
+from pagedllm.attention import AttentionMetadata, allocate_kv_caches, copy_blocks, resolve_attention_impl
 from pagedllm.attention.compiled import compiled_copy_blocks
-from pagedllm.config import parse_memory_size  # noqa: F401  (one parser for the whole project; re-exported)
 from pagedllm.engine.device import current, to_device_packed
-from pagedllm.engine.host_memory import available_bytes, keep_freed_memory
+from pagedllm.engine.host_memory import keep_freed_memory
+from pagedllm.engine.pool_sizing import check_pool_fits, pool_bytes
 from pagedllm.errors import InvalidInputError
 from pagedllm.engine.step_logits import StepLogits
 from pagedllm.engine.step_tensors import SeqInput, StepTensors
@@ -25,9 +24,8 @@ from pagedllm.model.config import ModelConfig
 if TYPE_CHECKING:
     from pagedllm.engine.cuda_graphs import DecodeGraphs
 
-__all__ = ["ModelRunner", "SeqInput", "StepTensors", "num_blocks_for_memory", "resolve_attention_impl"]
+__all__ = ["ModelRunner", "SeqInput", "StepTensors"]
 
-logger = logging.getLogger("pagedllm")
 
 
 class ModelRunner:
@@ -167,87 +165,3 @@ class ModelRunner:
             raise InvalidInputError(
                 f"block table of {len(seq.block_table)} blocks cannot hold {seq.num_cached + query_len} tokens"
             )
-
-
-def resolve_attention_impl(impl: str, head_dim: int, dtype: torch.dtype, device: torch.device | None = None) -> str:
-    """Validate early (at construction, not mid-step) and decide what "auto" means for this model here:
-    on CUDA the Triton kernels; on the CPU the compiled kernels when they loaded and cover the head size and
-    dtype, else the torch path."""
-    from pagedllm.attention import IMPLS
-
-    if impl not in IMPLS:
-        raise InvalidInputError(f"unknown attention impl {impl!r}; choose one of {', '.join(IMPLS)}")
-    if device is not None and device.type == "cuda":
-        return _cuda_attention_impl(impl)
-    if impl == "triton":
-        return _triton_on_cpu()
-    return _cpu_attention_impl(impl, head_dim, dtype)
-
-
-def _cpu_attention_impl(impl: str, head_dim: int, dtype: torch.dtype) -> str:
-    from pagedllm.attention.compiled import compiled_covers
-    from pagedllm.kernels import load_cpu_kernels
-
-    if impl not in ("auto", "compiled"):
-        return impl
-    if compiled_covers(head_dim, dtype):
-        return "compiled"
-    loaded = load_cpu_kernels() is not None
-    if impl == "compiled":
-        why = f"have no path for head_dim {head_dim}, {dtype}" if loaded else "did not load (see the log)"
-        raise InvalidInputError(f"the compiled CPU kernels are unavailable: they {why}")
-    if loaded:
-        logger.info("compiled kernels have no path for head_dim %d / %s; using the torch attention", head_dim, dtype)
-    return "fast"
-
-
-def _cuda_attention_impl(impl: str) -> str:
-    """On CUDA: the Triton kernels, or the torch reference (slow, for checking); the other paths are CPU-only."""
-    from pagedllm.attention.triton import is_available
-
-    if impl in ("compiled", "fast", "blockwise"):
-        raise InvalidInputError(f"attention impl {impl!r} runs on the CPU only; on CUDA use triton or reference")
-    if impl == "reference":
-        return impl
-    if not is_available():
-        raise InvalidInputError("running on CUDA needs the triton package (pip install triton)")
-    return "triton"
-
-
-def _triton_on_cpu() -> str:
-    """The Triton kernels run on CPU tensors only under the interpreter (TRITON_INTERPRET=1, for tests)."""
-    from pagedllm.attention.triton import is_available
-
-    if is_available():
-        from pagedllm.attention.triton.loader import interpreting
-
-        if interpreting():
-            return "triton"
-    raise InvalidInputError("attention impl 'triton' needs a CUDA device (or TRITON_INTERPRET=1 for tests)")
-
-
-def block_bytes(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
-    """One KV block's size: every layer's K and V."""
-    return kv_cache_bytes_per_block(config.num_layers, block_size, config.num_kv_heads, config.head_dim, dtype)
-
-
-def pool_bytes(config: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype) -> int:
-    """The KV pool's size: every layer's K and V of num_blocks blocks."""
-    return num_blocks * block_bytes(config, block_size, dtype)
-
-
-def check_pool_fits(size: int, what: str = "a KV pool") -> None:
-    """A pool larger than the free memory would be zeroed page by page until the OS kills the process."""
-    available = available_bytes()
-    if available is not None and size > available:
-        raise InvalidInputError(f"{what} of {size / 2**30:.1f} GiB does not fit in this machine's "
-                                f"{available / 2**30:.1f} GiB of available memory; lower kv_cache_memory or num_blocks")
-
-
-def num_blocks_for_memory(config: ModelConfig, block_size: int, dtype: torch.dtype, budget: str | int) -> int:
-    """How many KV blocks fit in a memory budget (all layers, K and V)."""
-    per_block = block_bytes(config, block_size, dtype)
-    num_blocks = parse_memory_size(budget) // per_block
-    if num_blocks < 1:
-        raise InvalidInputError(f"KV cache budget {budget} is smaller than one block ({per_block} bytes)")
-    return num_blocks

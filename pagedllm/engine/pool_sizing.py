@@ -1,6 +1,7 @@
-"""How many KV blocks the pool gets on a GPU, from gpu_memory_utilization (vLLM's meaning).
+"""How many KV blocks the pool gets: on the CPU from a memory budget (kv_cache_memory), on a GPU from
+gpu_memory_utilization (vLLM's meaning).
 
-The engine may use `utilization` of the GPU's total memory. Out of that come the memory used outside
+On a GPU the engine may use `utilization` of the GPU's total memory. Out of that come the memory used outside
 torch's allocator (the CUDA context, other processes), the weights and the activations of the largest
 step (measured: one forward pass, its peak); what is left is the KV pool. The arithmetic is a pure
 function (kv_pool_bytes) so it is tested on the CPU; measure_gpu_memory runs the profile on the GPU.
@@ -13,11 +14,14 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from pagedllm.attention import kv_cache_bytes_per_block
+from pagedllm.config import parse_memory_size
+from pagedllm.engine.host_memory import available_bytes
 from pagedllm.errors import InvalidInputError
+from pagedllm.model.config import ModelConfig
 
 if TYPE_CHECKING:
     from pagedllm.config import EngineConfig
-    from pagedllm.model.config import ModelConfig
 
 logger = logging.getLogger("pagedllm")
 
@@ -44,11 +48,36 @@ def kv_pool_bytes(memory: GpuMemory, utilization: float) -> int:
     return left
 
 
-def num_blocks_for_bytes(pool_bytes: int, bytes_per_block: int) -> int:
-    num_blocks = pool_bytes // bytes_per_block
+def block_bytes(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
+    """One KV block's size: every layer's K and V."""
+    return kv_cache_bytes_per_block(config.num_layers, block_size, config.num_kv_heads, config.head_dim, dtype)
+
+
+def pool_bytes(config: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype) -> int:
+    """The KV pool's size: every layer's K and V of num_blocks blocks."""
+    return num_blocks * block_bytes(config, block_size, dtype)
+
+
+def check_pool_fits(size: int, what: str = "a KV pool") -> None:
+    """A pool larger than the free memory would be zeroed page by page until the OS kills the process."""
+    available = available_bytes()
+    if available is not None and size > available:
+        raise InvalidInputError(f"{what} of {size / 2**30:.1f} GiB does not fit in this machine's "
+                                f"{available / 2**30:.1f} GiB of available memory; lower kv_cache_memory or num_blocks")
+
+
+def num_blocks_for_bytes(budget_bytes: int, bytes_per_block: int, budget: str = "the KV pool") -> int:
+    """How many whole blocks fit in budget_bytes; `budget` names them in the error when not one does."""
+    num_blocks = budget_bytes // bytes_per_block
     if num_blocks < 1:
-        raise InvalidInputError(f"{pool_bytes} bytes for the KV pool are less than one block ({bytes_per_block} bytes)")
+        raise InvalidInputError(f"{budget} ({budget_bytes} bytes) is smaller than one KV block ({bytes_per_block} bytes)")
     return num_blocks
+
+
+def num_blocks_for_memory(config: ModelConfig, block_size: int, dtype: torch.dtype, budget: str | int) -> int:
+    """How many KV blocks fit in a memory budget such as kv_cache_memory (all layers, K and V)."""
+    return num_blocks_for_bytes(parse_memory_size(budget), block_bytes(config, block_size, dtype),
+                                f"KV cache budget {budget}")
 
 
 def profile_step_lengths(max_num_batched_tokens: int, max_num_seqs: int, max_model_len: int) -> list[int]:
@@ -71,43 +100,50 @@ def measure_gpu_memory(device: torch.device, run_step: Callable[[], int]) -> Gpu
     return GpuMemory(total, peak, non_torch)
 
 
-def log_gpu_memory(memory: GpuMemory, utilization: float, pool_bytes: int) -> None:
+def log_gpu_memory(memory: GpuMemory, utilization: float, pool_size: int) -> None:
     gib = 2**30
     logger.info(
         "GPU memory: %.1f GiB x gpu_memory_utilization %.2f = %.2f GiB; weights + largest step %.2f GiB, "
         "outside torch %.2f GiB; KV pool %.2f GiB",
         memory.total / gib, utilization, memory.total * utilization / gib, memory.peak_torch / gib,
-        memory.non_torch / gib, pool_bytes / gib,
+        memory.non_torch / gib, pool_size / gib,
     )
 
 
 def gpu_pool_blocks(
     model: torch.nn.Module,
-    model_config: "ModelConfig",
-    limits: "EngineConfig",
+    model_config: ModelConfig,
+    config: "EngineConfig",
     dtype: torch.dtype,
     device: torch.device,
     max_model_len: int,
 ) -> int:
     """Profile the largest step (forward and sampling) on a temporary pool, then size the real pool."""
-    from pagedllm.engine.model_runner import block_bytes
-
-    mc, block_size = model_config, limits.block_size
-    per_block = block_bytes(mc, block_size, dtype)
-    lengths = profile_step_lengths(limits.max_num_batched_tokens, limits.max_num_seqs, max_model_len)
+    block_size = config.block_size
+    per_block = block_bytes(model_config, block_size, dtype)
+    lengths = profile_step_lengths(config.max_num_batched_tokens, config.max_num_seqs, max_model_len)
     blocks = [-(-n // block_size) for n in lengths]
 
     def run_step() -> int:
-        _profile_step(model, mc, lengths, blocks, limits.block_size, dtype, limits.attention_impl, device)
+        _profile_step(model, model_config, lengths, blocks, block_size, dtype, config.attention_impl, device)
         return sum(blocks) * per_block
 
     memory = measure_gpu_memory(device, run_step)
-    pool = kv_pool_bytes(memory, limits.gpu_memory_utilization)
-    log_gpu_memory(memory, limits.gpu_memory_utilization, pool)
+    pool = kv_pool_bytes(memory, config.gpu_memory_utilization)
+    log_gpu_memory(memory, config.gpu_memory_utilization, pool)
     return num_blocks_for_bytes(pool, per_block)
 
 
-def _profile_step(model, model_config, lengths, blocks, block_size, dtype, attention_impl, device) -> None:
+def _profile_step(
+    model: torch.nn.Module,
+    model_config: ModelConfig,
+    lengths: list[int],
+    blocks: list[int],
+    block_size: int,
+    dtype: torch.dtype,
+    attention_impl: str,
+    device: torch.device,
+) -> None:
     """One step of prompts `lengths` on a pool of exactly their blocks, then top-p sampling of every row."""
     from pagedllm.engine.model_runner import ModelRunner, SeqInput
     from pagedllm.engine.sampler import SamplingRow, make_generator, sample

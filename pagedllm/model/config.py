@@ -10,8 +10,13 @@ from typing import Any
 from pagedllm.checks import is_int
 from pagedllm.errors import ModelLoadError
 
-# HF model_type / GGUF general.architecture -> whether q/k/v projections carry biases by default.
+# HF model_type / GGUF general.architecture -> whether q/k/v projections carry biases (transformers' Qwen2
+# always has them and Mistral never, whatever a config.json says; a Llama with them is refused).
 SUPPORTED_ARCHITECTURES: dict[str, bool] = {"llama": False, "mistral": False, "qwen2": True}
+# transformers' defaults where a config.json leaves these out.
+_HF_RMS_NORM_EPS = 1e-6
+_HF_MAX_POSITIONS = {"llama": 2048, "mistral": 131072, "qwen2": 32768}
+_HF_SLIDING_WINDOW = 4096
 
 
 @contextlib.contextmanager
@@ -103,17 +108,11 @@ class ModelConfig:
             raise ModelLoadError(f"config.json must hold a JSON object, got {type(cfg).__name__}")
         arch = _hf_architecture(cfg)
         read = _Reader(cfg, "config.json")
-        if cfg.get("hidden_act", "silu") != "silu":
-            raise ModelLoadError(f"config.json: unsupported hidden_act {cfg['hidden_act']!r}; supported: silu")
-        if read.bool("mlp_bias", False):
-            raise ModelLoadError("config.json: mlp_bias is not supported (the MLP's projections have no biases)")
-        if arch == "llama" and read.bool("attention_bias", False):
-            raise ModelLoadError("config.json: attention_bias is not supported for llama (its o_proj bias)")
+        _refuse_unsupported_hf(cfg, arch, read)
         num_heads, hidden = read.int("num_attention_heads"), read.int("hidden_size")
         num_layers = read.int("num_hidden_layers")
         sliding_window, max_window_layers = _hf_sliding_window(cfg, arch, num_layers)
         rope = _hf_rope(cfg)
-        rope_theta = _Reader(rope, "config.json rope parameters").float("rope_theta", read.float("rope_theta", 10000.0))
         return cls(
             architecture=arch,
             vocab_size=read.int("vocab_size"),
@@ -123,12 +122,12 @@ class ModelConfig:
             num_heads=num_heads,
             num_kv_heads=read.int("num_key_value_heads", num_heads) or num_heads,
             head_dim=read.int("head_dim", hidden // max(num_heads, 1)),
-            rms_norm_eps=read.float("rms_norm_eps", 1e-5),
-            rope_theta=rope_theta,
+            rms_norm_eps=read.float("rms_norm_eps", _HF_RMS_NORM_EPS),
+            rope_theta=_Reader(rope, "config.json rope parameters").float("rope_theta", 10000.0),
             rope_scaling=_rope_scaling(rope),
-            max_position_embeddings=read.int("max_position_embeddings", 2048),
+            max_position_embeddings=read.int("max_position_embeddings", _HF_MAX_POSITIONS[arch]),
             tie_word_embeddings=read.bool("tie_word_embeddings", False),
-            attention_bias=read.bool("attention_bias", SUPPORTED_ARCHITECTURES[arch]),
+            attention_bias=SUPPORTED_ARCHITECTURES[arch],
             sliding_window=sliding_window,
             max_window_layers=max_window_layers,
             bos_token_id=read.int("bos_token_id", None),
@@ -231,6 +230,22 @@ def _hf_architecture(cfg: dict[str, Any]) -> str:
     return model_type
 
 
+def _refuse_unsupported_hf(cfg: dict[str, Any], arch: str, read: "_Reader") -> None:
+    """What transformers would honour and this engine cannot: refused, never silently ignored."""
+    quantization = cfg.get("quantization_config")
+    if quantization is not None:
+        method = quantization.get("quant_method", "unnamed") if isinstance(quantization, dict) else quantization
+        raise ModelLoadError(f"config.json: quantized checkpoints (quantization_config {method!r}) are not supported")
+    if cfg.get("hidden_act", "silu") not in ("silu", "swish"):
+        raise ModelLoadError(f"config.json: unsupported hidden_act {cfg['hidden_act']!r}; supported: silu")
+    if arch != "llama":  # transformers' Qwen2 and Mistral build their layers without reading these keys
+        return
+    if read.bool("mlp_bias", False):
+        raise ModelLoadError("config.json: mlp_bias is not supported (the MLP's projections have no biases)")
+    if read.bool("attention_bias", False):
+        raise ModelLoadError("config.json: attention_bias is not supported for llama (its o_proj bias)")
+
+
 def _hf_sliding_window(cfg: dict[str, Any], arch: str, num_layers: int) -> tuple[int | None, int]:
     """(window, first layer with it), as transformers reads them: `layer_types` where given, else Mistral's
     `sliding_window` on every layer, Qwen2's on the layers from `max_window_layers` on when `use_sliding_window`."""
@@ -248,28 +263,40 @@ def _hf_sliding_window(cfg: dict[str, Any], arch: str, num_layers: int) -> tuple
                                  "layers, then sliding window layers)")
     elif arch == "mistral":
         first = 0
-        if "sliding_window" not in cfg:
-            return 4096, 0  # transformers' MistralConfig default where the key is absent (null means none)
     elif read.bool("use_sliding_window", False):  # qwen2
         first = read.int("max_window_layers", 28)  # transformers' default
     else:
         first = num_layers
     if first >= num_layers:
         return None, 0
-    window = read.int("sliding_window", None)
+    # transformers' default where the key is absent; null means none
+    window = read.int("sliding_window", None) if "sliding_window" in cfg else _HF_SLIDING_WINDOW
     return window, first if window is not None else 0
 
 
 def _hf_rope(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The rope settings: transformers v5's rope_parameters, else v4's rope_scaling (they must not disagree)."""
-    given = {key: cfg[key] for key in ("rope_parameters", "rope_scaling") if cfg.get(key) is not None}
-    for key, value in given.items():
-        if not isinstance(value, dict):
-            raise ModelLoadError(f"config.json: {key} must be an object, got {value!r}")
-    kinds = {_rope_kind(value) for value in given.values()}
-    if len(kinds) > 1:
-        raise ModelLoadError(f"config.json: rope_parameters and rope_scaling disagree ({' vs '.join(sorted(kinds))})")
-    return given.get("rope_parameters") or given.get("rope_scaling") or {}
+    """The rope settings of transformers v5's rope_parameters, v4's rope_scaling and the top-level rope_theta
+    together; a config where two of them give one setting different values is refused."""
+    rope: dict[str, Any] = {}
+    for source in ("rope_parameters", "rope_scaling"):
+        settings = cfg.get(source)
+        if settings is None:
+            continue
+        if not isinstance(settings, dict):
+            raise ModelLoadError(f"config.json: {source} must be an object, got {settings!r}")
+        _merge_rope(rope, {**settings, "rope_type": _rope_kind(settings)})
+    if cfg.get("rope_theta") is not None:
+        _merge_rope(rope, {"rope_theta": cfg["rope_theta"]})
+    return rope
+
+
+def _merge_rope(rope: dict[str, Any], settings: dict[str, Any]) -> None:
+    for name, value in settings.items():
+        if name == "type":  # v4's name, given as rope_type
+            continue
+        if name in rope and rope[name] != value:
+            raise ModelLoadError(f"config.json: the rope settings disagree on {name} ({rope[name]!r} vs {value!r})")
+        rope[name] = value
 
 
 def _rope_kind(rope: dict[str, Any]) -> str:

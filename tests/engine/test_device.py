@@ -178,7 +178,7 @@ CUDA = torch.device("cuda", 0)
 def test_attention_on_cuda_is_triton_or_the_reference(monkeypatch):
     """Decided from the device name alone, so it is checked here without a GPU."""
     from pagedllm.attention import triton as triton_pkg
-    from pagedllm.engine.model_runner import resolve_attention_impl
+    from pagedllm.attention import resolve_attention_impl
 
     monkeypatch.setattr(triton_pkg, "is_available", lambda: True)
     assert resolve_attention_impl("auto", 64, torch.bfloat16, CUDA) == "triton"
@@ -193,7 +193,7 @@ def test_attention_on_cuda_is_triton_or_the_reference(monkeypatch):
 
 
 def test_cpu_attention_choice_is_unchanged_by_the_device_argument():
-    from pagedllm.engine.model_runner import resolve_attention_impl
+    from pagedllm.attention import resolve_attention_impl
 
     for impl in ("auto", "fast", "reference", "blockwise"):
         assert resolve_attention_impl(impl, 64, torch.float32, torch.device("cpu")) == \

@@ -26,7 +26,7 @@ def test_nothing_left_is_an_error_that_names_the_knobs():
 
 def test_blocks_from_bytes():
     assert num_blocks_for_bytes(10 * 4096 + 4095, 4096) == 10
-    with pytest.raises(InvalidInputError, match="less than one block"):
+    with pytest.raises(InvalidInputError, match="smaller than one KV block"):
         num_blocks_for_bytes(4095, 4096)
 
 

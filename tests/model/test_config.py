@@ -43,7 +43,10 @@ def test_round_trip_through_hf_dict():
      ({"max_position_embeddings": 0}, "max_position_embeddings must be positive"),
      ({"rope_scaling": {**LLAMA3, "original_max_position_embeddings": 0}}, "invalid llama3 rope scaling"),
      ({"rope_parameters": {"factor": 4.0}}, "names no rope_type"),
-     ({"rope_parameters": {"rope_type": "default"}, "rope_scaling": LLAMA3}, "disagree"),
+     ({"rope_parameters": {"rope_type": "default"}, "rope_scaling": LLAMA3}, "disagree on rope_type"),
+     ({"rope_parameters": LLAMA3, "rope_scaling": {**LLAMA3, "factor": 4.0}}, "disagree on factor .8.0 vs 4.0."),
+     ({"rope_parameters": {"rope_type": "default", "rope_theta": 500.0}, "rope_theta": 1e4}, "disagree on rope_theta"),
+     ({"quantization_config": {"quant_method": "fp8"}}, "quantized checkpoints .quantization_config 'fp8'."),
      ({"rope_parameters": [1]}, "rope_parameters must be an object"),
      ({"tie_word_embeddings": "false"}, "tie_word_embeddings must be true or false, got 'false'"),
      ({"attention_bias": 0}, "attention_bias must be true or false"),
@@ -72,6 +75,31 @@ def test_a_config_that_is_not_an_object_is_refused(value):
         ModelConfig.from_hf_dict(value)
 
 
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2"])
+def test_left_out_fields_take_transformers_defaults(arch):
+    from transformers import AutoConfig
+
+    hf = AutoConfig.for_model(arch)
+    config = ModelConfig.from_hf_dict({**BASE, "model_type": arch})
+    assert (config.rms_norm_eps, config.max_position_embeddings) == (hf.rms_norm_eps, hf.max_position_embeddings)
+
+
+@pytest.mark.parametrize("arch,fields", [
+    ("qwen2", {"attention_bias": False, "mlp_bias": True}), ("mistral", {"attention_bias": True, "mlp_bias": True}),
+    ("llama", {"hidden_act": "swish"}),
+])  # fmt: skip
+def test_keys_transformers_ignores_are_ignored(arch, fields):
+    """Qwen2's q/k/v always have biases and Mistral's never, neither MLP has any, and swish is SiLU's other name."""
+    config = ModelConfig.from_hf_dict({**BASE, "model_type": arch, **fields})
+    assert config.attention_bias == (arch == "qwen2")
+
+
+def test_the_same_rope_setting_in_several_places_is_read_once():
+    config = ModelConfig.from_hf_dict({**BASE, "rope_theta": 5e5, "rope_scaling": {**LLAMA3, "type": "llama3"},
+                                       "rope_parameters": {**LLAMA3, "rope_theta": 500000}})  # fmt: skip
+    assert config.rope_theta == 5e5 and config.rope_scaling == RopeScaling(8.0, 1.0, 4.0, 8192)
+
+
 def test_null_optional_fields_take_their_defaults():
     config = ModelConfig.from_hf_dict({**BASE, "head_dim": None, "num_key_value_heads": None, "rope_scaling": None})
     assert (config.head_dim, config.num_kv_heads, config.rope_scaling) == (16, 4, None)
@@ -84,13 +112,15 @@ def test_null_optional_fields_take_their_defaults():
     ({"model_type": "qwen2", "sliding_window": 16}, None, 0),  # use_sliding_window is off by default
     ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 16, "max_window_layers": 1}, 16, 1),
     ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 16, "max_window_layers": 2}, None, 0),
+    ({"model_type": "qwen2", "use_sliding_window": True, "max_window_layers": 1}, 4096, 1),  # Qwen2Config default
+    ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": None, "max_window_layers": 1}, None, 0),
     ({"model_type": "qwen2", "layer_types": ["full_attention", "sliding_attention"], "sliding_window": 8}, 8, 1),
     ({"layer_types": ["sliding_attention"] * 2, "sliding_window": 8}, None, 0),  # transformers' Llama has none
 ])  # fmt: skip
 def test_sliding_windows_as_transformers_reads_them(fields, window, first):
     config = ModelConfig.from_hf_dict({**BASE, **fields})
     assert (config.sliding_window, config.max_window_layers) == (window, first)
-    assert config.context_limit == min(2048, window or 2048)
+    assert config.context_limit == min(config.max_position_embeddings, window or config.max_position_embeddings)
     assert ModelConfig.from_hf_dict(config.to_hf_dict()) == config  # convert --to-hf keeps it
 
 

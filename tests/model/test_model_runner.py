@@ -4,12 +4,9 @@ import pytest
 import torch
 from compiled_kernels import require_compiled_kernels
 
-from pagedllm.engine.model_runner import (
-    ModelRunner,
-    SeqInput,
-    num_blocks_for_memory,
-    parse_memory_size,
-)
+from pagedllm.config import parse_memory_size
+from pagedllm.engine.model_runner import ModelRunner, SeqInput
+from pagedllm.engine.pool_sizing import num_blocks_for_memory
 from pagedllm.errors import InvalidInputError
 from pagedllm.model.loader import load_model
 
@@ -139,7 +136,7 @@ def test_num_blocks_for_memory(loaded):
     # 3 layers * K,V * 16 slots * 2 kv heads * 16 dims * 4 bytes = 12288 bytes a block
     assert num_blocks_for_memory(config, 16, torch.float32, "1MiB") == 2**20 // 12288
     assert num_blocks_for_memory(config, 16, torch.bfloat16, "1MiB") == 2**20 // 6144
-    with pytest.raises(InvalidInputError, match="smaller than one block"):
+    with pytest.raises(InvalidInputError, match="KV cache budget 1KiB .* smaller than one KV block"):
         num_blocks_for_memory(config, 16, torch.float32, "1KiB")
 
 
