@@ -13,7 +13,7 @@ from pagedllm.distributed.launch import LocalWorkers, launched_by_torchrun, torc
 from pagedllm.distributed.sharded_load import read_model_config
 from pagedllm.distributed.sharding import check_shardable, local_config
 from pagedllm.distributed.worker import WorkerSpec, build_rank, run_worker, share_spec, started_key
-from pagedllm.engine.pool_sizing import check_pool_fits, pool_bytes
+from pagedllm.engine.pool_memory import check_pool_fits, pool_bytes
 from pagedllm.errors import InvalidInputError, WorkerFailedError
 from pagedllm.model.config import ModelConfig
 

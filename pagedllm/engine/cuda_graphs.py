@@ -22,6 +22,7 @@ import torch
 from pagedllm.attention.metadata import AttentionMetadata
 from pagedllm.attention.triton.attention import decode_only_plan
 from pagedllm.engine.step_tensors import StepTensors
+from pagedllm.kv.block_table import blocks_needed
 from pagedllm.model.config import ModelConfig
 
 
@@ -65,7 +66,7 @@ class DecodeGraphs:
             raise ValueError("CUDA graphs need the runner on CUDA with the Triton attention")
         self.runner, self.max_model_len = runner, max_model_len
         self.sizes = padded_sizes(max_num_seqs)
-        self.width = -(-max_model_len // runner.block_size)  # block-table columns
+        self.width = blocks_needed(max_model_len, runner.block_size)  # block-table columns
         largest, device = self.sizes[-1], runner.device
         long = dict(dtype=torch.int64, device=device)
         self.input_ids = torch.zeros(largest, **long)

@@ -16,7 +16,7 @@ from pagedllm.engine.device import resolve_device
 from pagedllm.engine.kv_snapshot import kv_snapshot
 from pagedllm.engine.executor import LocalExecutor
 from pagedllm.engine.model_runner import ModelRunner, SeqInput
-from pagedllm.engine.pool_sizing import block_bytes, num_blocks_for_memory
+from pagedllm.engine.pool_memory import block_bytes, num_blocks_for_memory
 from pagedllm.engine.prompt_logprobs import prompt_rows, record_prompt_logprobs
 from pagedllm.engine.output_stage import OutputStage
 from pagedllm.engine.outputs import RequestOutput
@@ -328,7 +328,7 @@ class LLMEngine:
             kv.num_blocks * kv.block_size,
             kv.num_blocks * per_block / 2**20,
             str(self.dtype).removeprefix("torch."),
-            kv.num_blocks // -(-self.max_model_len // kv.block_size),
+            kv.num_blocks // blocks_needed(self.max_model_len, kv.block_size),
             self.max_model_len,
         )
 

@@ -15,11 +15,12 @@ from pagedllm.attention import AttentionMetadata, allocate_kv_caches, copy_block
 from pagedllm.attention.compiled import compiled_copy_blocks
 from pagedllm.engine.device import current, to_device_packed
 from pagedllm.engine.host_memory import keep_freed_memory
-from pagedllm.engine.pool_sizing import check_pool_fits, pool_bytes
+from pagedllm.engine.pool_memory import check_pool_fits, pool_bytes
 from pagedllm.errors import InvalidInputError
 from pagedllm.engine.step_logits import StepLogits
 from pagedllm.engine.step_tensors import SeqInput, StepTensors
 from pagedllm.model.config import ModelConfig
+from pagedllm.kv.block_table import blocks_needed
 
 if TYPE_CHECKING:
     from pagedllm.engine.cuda_graphs import DecodeGraphs
@@ -160,7 +161,7 @@ class ModelRunner:
             raise InvalidInputError("a SeqInput must carry at least one new token")
         if seq.prompt_logits and not (0 <= seq.prompt_logits.start < seq.prompt_logits.stop <= query_len):
             raise InvalidInputError(f"prompt_logits {seq.prompt_logits} is not within the {query_len} new tokens")
-        needed = -(-(seq.num_cached + query_len) // self.block_size)
+        needed = blocks_needed(seq.num_cached + query_len, self.block_size)
         if len(seq.block_table) < needed:
             raise InvalidInputError(
                 f"block table of {len(seq.block_table)} blocks cannot hold {seq.num_cached + query_len} tokens"

@@ -1,7 +1,6 @@
-"""How many KV blocks the pool gets: on the CPU from a memory budget (kv_cache_memory), on a GPU from
-gpu_memory_utilization (vLLM's meaning).
+"""How many KV blocks the pool gets on a GPU, from gpu_memory_utilization (vLLM's meaning).
 
-On a GPU the engine may use `utilization` of the GPU's total memory. Out of that come the memory used outside
+The engine may use `utilization` of the GPU's total memory. Out of that come the memory used outside
 torch's allocator (the CUDA context, other processes), the weights and the activations of the largest
 step (measured: one forward pass, its peak); what is left is the KV pool. The arithmetic is a pure
 function (kv_pool_bytes) so it is tested on the CPU; measure_gpu_memory runs the profile on the GPU.
@@ -14,10 +13,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from pagedllm.attention import kv_cache_bytes_per_block
-from pagedllm.config import parse_memory_size
-from pagedllm.engine.host_memory import available_bytes
+from pagedllm.engine.pool_memory import block_bytes, num_blocks_for_bytes
 from pagedllm.errors import InvalidInputError
+from pagedllm.kv.block_table import blocks_needed
 from pagedllm.model.config import ModelConfig
 
 if TYPE_CHECKING:
@@ -46,38 +44,6 @@ def kv_pool_bytes(memory: GpuMemory, utilization: float) -> int:
             "torch: raise gpu_memory_utilization or lower max_num_batched_tokens / max_num_seqs"
         )
     return left
-
-
-def block_bytes(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
-    """One KV block's size: every layer's K and V."""
-    return kv_cache_bytes_per_block(config.num_layers, block_size, config.num_kv_heads, config.head_dim, dtype)
-
-
-def pool_bytes(config: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype) -> int:
-    """The KV pool's size: every layer's K and V of num_blocks blocks."""
-    return num_blocks * block_bytes(config, block_size, dtype)
-
-
-def check_pool_fits(size: int, what: str = "a KV pool") -> None:
-    """A pool larger than the free memory would be zeroed page by page until the OS kills the process."""
-    available = available_bytes()
-    if available is not None and size > available:
-        raise InvalidInputError(f"{what} of {size / 2**30:.1f} GiB does not fit in this machine's "
-                                f"{available / 2**30:.1f} GiB of available memory; lower kv_cache_memory or num_blocks")
-
-
-def num_blocks_for_bytes(budget_bytes: int, bytes_per_block: int, budget: str = "the KV pool") -> int:
-    """How many whole blocks fit in budget_bytes; `budget` names them in the error when not one does."""
-    num_blocks = budget_bytes // bytes_per_block
-    if num_blocks < 1:
-        raise InvalidInputError(f"{budget} ({budget_bytes} bytes) is smaller than one KV block ({bytes_per_block} bytes)")
-    return num_blocks
-
-
-def num_blocks_for_memory(config: ModelConfig, block_size: int, dtype: torch.dtype, budget: str | int) -> int:
-    """How many KV blocks fit in a memory budget such as kv_cache_memory (all layers, K and V)."""
-    return num_blocks_for_bytes(parse_memory_size(budget), block_bytes(config, block_size, dtype),
-                                f"KV cache budget {budget}")
 
 
 def profile_step_lengths(max_num_batched_tokens: int, max_num_seqs: int, max_model_len: int) -> list[int]:
@@ -122,7 +88,7 @@ def gpu_pool_blocks(
     block_size = config.block_size
     per_block = block_bytes(model_config, block_size, dtype)
     lengths = profile_step_lengths(config.max_num_batched_tokens, config.max_num_seqs, max_model_len)
-    blocks = [-(-n // block_size) for n in lengths]
+    blocks = [blocks_needed(n, block_size) for n in lengths]
 
     def run_step() -> int:
         _profile_step(model, model_config, lengths, blocks, block_size, dtype, config.attention_impl, device)

@@ -55,7 +55,7 @@ class Scheduler:
             )
         max_total = min(prompt_len + (max_tokens or self.max_model_len), self.max_model_len)
         per_seq = self.max_model_len if self.reservations is not None else max_total  # contiguous: a max-length run
-        blocks = -(-per_seq // self.kv.block_size) * width
+        blocks = blocks_needed(per_seq, self.kv.block_size) * width
         if blocks > self.kv.num_blocks:
             raise InvalidInputError(
                 f"request needs up to {blocks} KV blocks ({width} x {per_seq} tokens) but the pool has only "

@@ -11,6 +11,7 @@ import time
 import torch
 
 from pagedllm.engine.model_runner import ModelRunner, SeqInput
+from pagedllm.kv.block_table import blocks_needed
 
 
 def _blocks(start: int, count: int) -> list[int]:
@@ -19,7 +20,7 @@ def _blocks(start: int, count: int) -> list[int]:
 
 def time_prefill(runner: ModelRunner, num_seqs: int, prompt_len: int, repeats: int) -> float:
     """Tokens per second for `num_seqs` prompts of `prompt_len` tokens in one step."""
-    per_seq = -(-prompt_len // runner.block_size)
+    per_seq = blocks_needed(prompt_len, runner.block_size)
     seqs = [SeqInput([(7 * i + j) % 1000 + 10 for j in range(prompt_len)], 0, _blocks(i * per_seq, per_seq))
             for i in range(num_seqs)]  # fmt: skip
     runner.execute(seqs)  # warm-up
@@ -31,7 +32,7 @@ def time_prefill(runner: ModelRunner, num_seqs: int, prompt_len: int, repeats: i
 
 def time_decode(runner: ModelRunner, num_seqs: int, context: int, steps: int) -> float:
     """Seconds per decode step of `num_seqs` sequences, each with `context` tokens cached."""
-    per_seq = -(-(context + steps + 1) // runner.block_size)
+    per_seq = blocks_needed(context + steps + 1, runner.block_size)
     tables = [_blocks(i * per_seq, per_seq) for i in range(num_seqs)]
     runner.execute([SeqInput([11] * context, 0, t, needs_logits=False) for t in tables])
     start = time.perf_counter()

@@ -6,7 +6,8 @@ import torch
 from pagedllm.attention import kv_cache_bytes_per_block
 from pagedllm.config import EngineConfig
 from pagedllm.engine import pool_sizing
-from pagedllm.engine.pool_sizing import GpuMemory, kv_pool_bytes, num_blocks_for_bytes, profile_step_lengths
+from pagedllm.engine.pool_memory import num_blocks_for_bytes
+from pagedllm.engine.pool_sizing import GpuMemory, kv_pool_bytes, profile_step_lengths
 from pagedllm.errors import InvalidInputError
 
 GIB = 2**30

@@ -6,7 +6,7 @@ from compiled_kernels import require_compiled_kernels
 
 from pagedllm.config import parse_memory_size
 from pagedllm.engine.model_runner import ModelRunner, SeqInput
-from pagedllm.engine.pool_sizing import num_blocks_for_memory
+from pagedllm.engine.pool_memory import num_blocks_for_memory
 from pagedllm.errors import InvalidInputError
 from pagedllm.model.loader import load_model
 
