@@ -31,6 +31,7 @@ from pagedllm.attention.kv_cache import (
 from pagedllm.attention.merge import merge_partials
 from pagedllm.attention.metadata import AttentionMetadata
 from pagedllm.attention.reference import reference_attention
+from pagedllm.errors import InvalidInputError
 
 __all__ = [
     "AttentionMetadata",
@@ -48,6 +49,7 @@ def paged_attention(
     query: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata, scale: float, impl: str = "auto"
 ) -> torch.Tensor:
     """query: [num_tokens, num_heads, head_dim]; returns the same shape."""
+    _check_shapes(query, kv_cache)
     if impl == "auto" or impl not in IMPLS:  # a name already resolved (the engine's) runs as given
         impl = resolve_attention_impl(impl, query.shape[-1], query.dtype, query.device)
     if impl == "compiled":
@@ -67,3 +69,14 @@ def paged_attention(
     from pagedllm.attention.triton import triton_attention  # "triton", the one name left
 
     return triton_attention(query, kv_cache, meta, scale)
+
+
+def _check_shapes(query: torch.Tensor, kv_cache: torch.Tensor) -> None:
+    """The kernels read the pool's rows as contiguous head_dim vectors, each KV head serving a whole group."""
+    num_heads, head_dim = query.shape[1:]
+    num_kv_heads, cache_head_dim = kv_cache.shape[1], kv_cache.shape[-1]
+    if head_dim != cache_head_dim or num_heads % num_kv_heads:
+        raise InvalidInputError(f"query heads {num_heads} x {head_dim} do not fit a KV pool of {num_kv_heads} "
+                                f"heads x {cache_head_dim} (query heads must be a multiple of the KV heads)")
+    if kv_cache.stride(-1) != 1:
+        raise InvalidInputError("the KV pool's head_dim must be contiguous (stride 1)")

@@ -35,12 +35,16 @@ def cache_block_size(kv_cache: torch.Tensor) -> int:
     return kv_cache.shape[3]
 
 
-def write_kv(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+def write_kv(
+    key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor, impl: str = "auto"
+) -> None:
     """Store each token's K and V at its slot; slots of -1 are skipped.
 
-    key, value: [num_tokens, num_kv_heads, head_dim]; slot_mapping: [num_tokens] int64.
+    key, value: [num_tokens, num_kv_heads, head_dim]; slot_mapping: [num_tokens] int64. The Triton kernel
+    writes on CUDA where triton is installed, and wherever the attention is `impl="triton"` (CPU tensors under
+    the interpreter: the tests); torch everywhere else.
     """
-    if kv_cache.is_cuda and _triton_installed():
+    if impl == "triton" or kv_cache.is_cuda and _triton_installed():
         # The Triton kernel skips slots of -1 itself: no mask, no host sync (a CUDA graph can capture it).
         from pagedllm.attention.triton import triton_write_kv
 
@@ -60,7 +64,8 @@ def gather_blocks(kv_cache: torch.Tensor, block_ids: torch.Tensor) -> torch.Tens
 
 
 def copy_blocks(kv_caches: list[torch.Tensor], copies: list[tuple[int, int]]) -> None:
-    """Copy-on-write support: copy every layer's K and V of block src into block dst."""
+    """Copy-on-write support: copy every layer's K and V of block src into block dst. No block may be both a
+    source and a destination (each path orders the copies its own way: ModelRunner.copy_blocks checks)."""
     if not copies:
         return
     device = kv_caches[0].device

@@ -28,10 +28,6 @@ class AttentionMetadata:
     def num_seqs(self) -> int:
         return len(self.seq_lens_list)
 
-    @property
-    def num_cached_list(self) -> list[int]:
-        return [s - q for s, q in zip(self.seq_lens_list, self.query_lens_list)]
-
     def last_tokens(self, seqs: list[int]) -> "AttentionMetadata":
         """The batch cut to the last new token of sequences `seqs` (host tensors): one query row each, over its
         whole context. For attending after this batch's K/V are written: its slots are those tokens'."""

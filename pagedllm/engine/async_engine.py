@@ -27,6 +27,7 @@ from pagedllm.sampling_params import SamplingParams
 logger = logging.getLogger(__name__)
 STATS_INTERVAL = 0.05  # seconds
 FAILURE_POLL = 1.0  # seconds between checks, while idle, that the engine can still run (its workers live)
+SHUTTING_DOWN = "the server is shutting down"  # why requests are refused and ended at shutdown
 
 
 class EngineProtocol(Protocol):
@@ -157,11 +158,11 @@ class AsyncEngine:
             await asyncio.sleep(0.05)
         return not self._has_live_requests()
 
-    def refuse_new_requests(self, reason: str = "the server is shutting down") -> None:
+    def refuse_new_requests(self, reason: str = SHUTTING_DOWN) -> None:
         """From now on add_request(s) raise RequestAborted(reason); requests already added go on."""
         self._refusal = reason
 
-    def abort_all(self, reason: str = "the server is shutting down") -> None:
+    def abort_all(self, reason: str = SHUTTING_DOWN) -> None:
         """Fire and forget: abort every live request; their callers get RequestAborted."""
         if self._thread is not None:
             self._submit(_Command(fn=lambda engine: self._abort_all(RequestAborted(reason))))
@@ -280,7 +281,7 @@ class AsyncEngine:
             for command in commands:
                 self._execute(command)
             if self._stopping:
-                self._abort_all(RequestAborted("the server is shutting down"))
+                self._abort_all(RequestAborted(SHUTTING_DOWN))
                 for command in self._close():
                     self._reject(command)
                 return

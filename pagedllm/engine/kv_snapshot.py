@@ -35,7 +35,7 @@ def kv_snapshot(kv: KVCacheManager, stats: EngineStats, request_id_of: Callable[
 
 def _whole_pool(kv: KVCacheManager, stats: EngineStats, request_id_of: Callable[[int], str]) -> dict:
     tables = kv.tables()
-    holders = Counter(block for table in tables.values() for block in set(table))
+    holders = Counter(block for table in tables.values() for block in table)
     per_request: dict[str, set[int]] = {}
     for seq_id, table in tables.items():
         per_request.setdefault(request_id_of(seq_id), set()).update(table)
@@ -47,8 +47,8 @@ def _whole_pool(kv: KVCacheManager, stats: EngineStats, request_id_of: Callable[
         "waste": {
             "used_slots": used_slots,
             "tokens_stored": stats.tokens_stored,
-            "empty_tail_slots": used_slots - stats.tokens_stored,  # held by running sequences, not yet filled
-            "empty_tail_fraction": (used_slots - stats.tokens_stored) / used_slots if used_slots else 0.0,
+            "empty_tail_slots": stats.empty_tail_slots,
+            "empty_tail_fraction": stats.empty_tail_slots / used_slots if used_slots else 0.0,
             "token_occupancy": stats.token_occupancy,
             "block_occupancy": stats.block_occupancy,
             "slots_reserved": stats.slots_reserved,  # allocator="contiguous": what its reservations hold

@@ -8,13 +8,14 @@ import gc
 import itertools
 import logging
 import weakref
+from pathlib import Path
 from typing import Any
 
 from pagedllm.checks import is_int
 from pagedllm.config import EngineConfig
 from pagedllm.engine.device import resolve_device
 from pagedllm.engine.kv_snapshot import kv_snapshot
-from pagedllm.engine.executor import LocalExecutor
+from pagedllm.engine.executor import Executor, LocalExecutor
 from pagedllm.engine.model_runner import ModelRunner, SeqInput
 from pagedllm.engine.pool_memory import block_bytes, num_blocks_for_memory
 from pagedllm.engine.prompt_logprobs import prompt_rows, record_prompt_logprobs
@@ -51,6 +52,8 @@ def _max_model_len(wanted: int | None, model: ModelConfig) -> int:
 
 
 class LLMEngine:
+    executor: Executor  # the runner itself, or rank 0's side of tensor parallelism
+
     def __init__(self, config: EngineConfig | None = None) -> None:
         from pagedllm.model.loader import load_model
 
@@ -293,7 +296,7 @@ class LLMEngine:
             )
         return num_blocks_for_memory(self.model_config, self.config.block_size, self.dtype, self.config.kv_cache_memory)
 
-    def _start_tensor_parallel(self, path: str):
+    def _start_tensor_parallel(self, path: str) -> tuple[Executor, ModelConfig]:
         """Rank 0 of a tensor-parallel engine: the other ranks started (or joined, under torchrun) and every
         rank's shard loaded. Each rank's pool gets kv_cache_memory for its own KV heads."""
         from pagedllm.distributed.startup import start_rank0
@@ -302,7 +305,7 @@ class LLMEngine:
             raise InvalidInputError("with tensor_parallel_size > 1 each rank uses the GPU of its local rank; "
                                     "choose GPUs with CUDA_VISIBLE_DEVICES and pass device='cuda'")
 
-        def blocks_per_rank(local_config) -> int:
+        def blocks_per_rank(local_config: ModelConfig) -> int:
             budget = config.kv_cache_memory
             return config.num_blocks or num_blocks_for_memory(local_config, config.block_size, self.dtype, budget)
 
@@ -341,7 +344,7 @@ def _serve_if_torchrun_worker() -> None:
         raise SystemExit(run_torchrun_worker())
 
 
-def _default_model():
+def _default_model() -> Path:
     from pagedllm.model.default_model import require_default_model
 
     return require_default_model()
@@ -370,7 +373,7 @@ def _sampling_defaults(defaults: dict[str, Any], path: str) -> dict[str, Any]:
     return defaults
 
 
-def _eos_ids(model_config, tokenizer) -> set[int]:
+def _eos_ids(model_config: ModelConfig, tokenizer: Any) -> set[int]:
     """Every id that ends generation: the model's end tokens (Llama 3 has several) and the tokenizer's; one the
     model cannot produce (outside its vocabulary) is left out, as masking it for min_tokens would fail."""
     ids = set(model_config.eos_token_ids)

@@ -63,15 +63,20 @@ class ModelRunner:
             self.graphs = DecodeGraphs(self, max_num_seqs, max_model_len)
 
     def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
+        """Each (src, dst): every layer's K and V of block src into dst. The copies are independent: the paths
+        copy in different orders, so a block that is both a source and a destination is refused."""
         if not copies:
             return
+        chained = {src for src, _ in copies} & {dst for _, dst in copies}
+        if chained:
+            raise InvalidInputError(f"blocks {sorted(chained)} are both copied from and copied into in one step")
         with current(self.device):
             self._copy_blocks(copies)
 
     def _copy_blocks(self, copies: list[tuple[int, int]]) -> None:
         if self.attention_impl == "compiled":
             compiled_copy_blocks(self.kv_caches, copies)
-        elif self.attention_impl == "triton" and self.device.type == "cuda":
+        elif self.attention_impl == "triton":  # CPU tensors too under the interpreter (the tests)
             from pagedllm.attention.triton import triton_copy_blocks
 
             triton_copy_blocks(self.kv_caches, copies)

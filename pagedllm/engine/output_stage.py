@@ -5,9 +5,11 @@ scheduler applies it. It owns what sampling needs: the stop ids, the engine's ra
 unseeded requests, and a new Completion for each sequence that a fork will create.
 """
 
+from dataclasses import dataclass
+
 import torch
 
-from pagedllm.engine.beam import BeamSearch
+from pagedllm.engine.beam import BeamSearch, BeamStep
 from pagedllm.engine.completion import Completion
 from pagedllm.engine.detokenizer import IncrementalDetokenizer, Tokenizer, direct_decoder
 from pagedllm.engine.outcome import BeamChoice, SampledToken, StepOutcome
@@ -15,6 +17,18 @@ from pagedllm.engine.request import Request, Sequence
 from pagedllm.engine.sampler import SampleResult, SamplingRow, make_generator, sample
 from pagedllm.engine.step_logits import StepLogits, greedy_only
 from pagedllm.engine.step import SchedulerOutput
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """One token to sample: for `seq` of `request` into `completion`, from logits row `row`; `fork`: into a
+    new sequence forked from `seq` (a fresh n > 1 request's other samples)."""
+
+    request: Request
+    seq: Sequence
+    completion: Completion
+    row: int
+    fork: bool
 
 
 class OutputStage:
@@ -52,7 +66,7 @@ class OutputStage:
     def process(self, step: SchedulerOutput, logits: StepLogits) -> StepOutcome:
         """logits: one row per sequence of step.logits_seqs(), in that order."""
         outcome = StepOutcome()
-        targets: list[tuple[Request, Sequence, Completion, int, bool]] = []
+        targets: list[_Target] = []
         for request, items in _rows_by_request(step).items():
             outcome.sampled.append(request)
             if request.params.use_beam_search:
@@ -60,8 +74,8 @@ class OutputStage:
             else:
                 targets.extend(self._targets(request, items))
         if targets:
-            for (request, seq, completion, _, fork), result in zip(targets, self._sample(targets, logits)):
-                outcome.tokens.append(self._token(request, seq, completion, result, fork))
+            for target, result in zip(targets, self._sample(targets, logits)):
+                outcome.tokens.append(self._token(target, result))
         return outcome
 
     def greedy_rows(self, step: SchedulerOutput) -> list[bool]:
@@ -72,31 +86,32 @@ class OutputStage:
             for s in step.logits_seqs()
         ]
 
-    def _sample(self, targets: list, logits: StepLogits) -> list[SampleResult]:
+    def _sample(self, targets: list[_Target], logits: StepLogits) -> list[SampleResult]:
         """Rows that arrive as their greedy pick keep it; the others are sampled from their full logits."""
-        results: list[SampleResult | None] = [logits.greedy.get(row) for *_, row, _ in targets]
-        todo = [i for i, result in enumerate(results) if result is None]
+        results: list[SampleResult | None] = [logits.greedy.get(t.row) for t in targets]
+        todo = [targets[i] for i, result in enumerate(results) if result is None]
         if todo:
-            rows = [SamplingRow(r.params, c.generator, r.prompt_token_ids, s.output_ids)
-                    for r, s, c, _, _ in (targets[i] for i in todo)]  # fmt: skip
-            picked = logits.rows([targets[i][3] for i in todo])
-            for i, result in zip(todo, sample(picked, rows, self.eos_token_ids)):
-                results[i] = result
+            rows = [SamplingRow(t.request.params, t.completion.generator, t.request.prompt_token_ids, t.seq.output_ids)
+                    for t in todo]  # fmt: skip
+            picked = logits.rows([t.row for t in todo])
+            fresh = iter(sample(picked, rows, self.eos_token_ids))
+            results = [result if result is not None else next(fresh) for result in results]
         return results
 
-    def _targets(self, request: Request, items: list[tuple[Sequence, int]]):
-        """(request, sequence, completion, logits row, fork) per token to sample. A fresh n > 1 request's
-        prompt was prefilled once: n - 1 new sequences fork it and sample from the same row."""
-        targets = [(request, seq, seq.completion, row, False) for seq, row in items]
+    def _targets(self, request: Request, items: list[tuple[Sequence, int]]) -> list[_Target]:
+        """The tokens to sample for a request's sequences. A fresh n > 1 request's prompt was prefilled once:
+        n - 1 new sequences fork it and sample from the same row."""
+        targets = [_Target(request, seq, seq.completion, row, False) for seq, row in items]
         if request.is_fresh and request.params.n > 1:
             parent, row = items[0]
-            targets += [(request, parent, self.new_completion(request, i), row, True) for i in range(1, request.params.n)]
+            targets += [_Target(request, parent, self.new_completion(request, i), row, True)
+                        for i in range(1, request.params.n)]  # fmt: skip
         return targets
 
-    def _token(self, request: Request, seq: Sequence, completion: Completion, result: SampleResult, fork: bool) -> SampledToken:
-        reason, stop = self._token_stop(request, seq, result.token_id)
-        return SampledToken(request, seq, completion, result.token_id, result.logprob, result.top_logprobs,
-                            fork, reason, stop)
+    def _token(self, t: _Target, result: SampleResult) -> SampledToken:
+        reason, stop = self._token_stop(t.request, t.seq, result.token_id)
+        return SampledToken(t.request, t.seq, t.completion, result.token_id, result.logprob, result.top_logprobs,
+                            t.fork, reason, stop)
 
     def _token_stop(self, request: Request, seq: Sequence, token: int) -> tuple[str | None, int | None]:
         """Why `token` ends the sequence, judged on token ids (stop strings are the detokenizer's)."""
@@ -109,7 +124,7 @@ class OutputStage:
         return None, None
 
 
-def _beam_step(request: Request, items: list[tuple[Sequence, int]], logits: StepLogits):
+def _beam_step(request: Request, items: list[tuple[Sequence, int]], logits: StepLogits) -> BeamStep:
     """Every live beam computed its last token this step; the search picks the next beams."""
     search: BeamSearch = request.beam
     row_of = {seq.index: row for seq, row in items}

@@ -24,3 +24,8 @@ class EngineStats:
     running_seqs_mean: float = 0.0  # sequences running per step, mean over the steps that ran any
     running_seqs_last: int = 0  # sequences running in the latest step
     slots_reserved: int = 0  # allocator="contiguous": slots its max-length reservations hold (0 when paged)
+
+    @property
+    def empty_tail_slots(self) -> int:
+        """Slots of used blocks that hold no token: the running sequences' tails, not yet filled."""
+        return self.blocks_used * self.block_size - self.tokens_stored

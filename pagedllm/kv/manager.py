@@ -15,7 +15,7 @@ from pagedllm.kv.prefix import ROOT, BlockKey, block_keys, key_matches, make_key
 
 
 class InvariantError(AssertionError):
-    """A memory-system invariant (DESIGN.md section 3) is broken: always a bug, never bad input."""
+    """A memory-system invariant (docs/memory.md, "Invariants") is broken: always a bug, never bad input."""
 
 
 @dataclass(slots=True)
@@ -336,7 +336,7 @@ class KVCacheManager:
     # ---- invariants ----------------------------------------------------------------------------------
 
     def check_invariants(self) -> None:
-        """Check every invariant of DESIGN.md section 3; raise InvariantError naming the first broken one."""
+        """Check every invariant of docs/memory.md ("Invariants"); raise InvariantError naming the first broken one."""
         in_queue = self._check_free_queue()
         refs = self._check_tables()
         for block in self.pool.blocks:

@@ -69,7 +69,7 @@ class Attention(nn.Module):
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, KVH, D]
         v = v.reshape(num_tokens, self.num_kv_heads, self.head_dim)
         q, k = apply_rotary(q, *cos_sin), apply_rotary(k, *cos_sin)
-        write_kv(k, v, kv_cache, meta.slot_mapping)
+        write_kv(k, v, kv_cache, meta.slot_mapping, attention_impl)
         if rows is not None:
             q, meta = q[rows.index], rows.meta
         out = paged_attention(q, kv_cache, meta, self.scale, impl=attention_impl)  # [T, H, D]

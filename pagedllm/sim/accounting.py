@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
+from pagedllm.kv.block_table import empty_tail_slots
 from pagedllm.kv.contiguous import ContiguousAllocator
 from pagedllm.kv.ids import SeqId
 
@@ -106,9 +107,9 @@ def paged_report(manager: PagedView, block_size: int, final_lens: Mapping[SeqId,
     reservation = internal = empty = 0
     for seq_id, final_len in final_lens.items():
         used = manager.num_tokens(seq_id)
-        capacity = -(-used // block_size) * block_size
-        r, i = split_slack(used, capacity, final_len)
-        reservation, internal, empty = reservation + r, internal + i, empty + capacity - used
+        tail = empty_tail_slots(used, block_size)
+        r, i = split_slack(used, used + tail, final_len)
+        reservation, internal, empty = reservation + r, internal + i, empty + tail
     used_slots = manager.num_used_blocks * block_size
     pool = (manager.num_used_blocks + manager.num_free_blocks) * block_size
     free = manager.num_free_blocks * block_size

@@ -6,6 +6,7 @@ import torch
 from attn_helpers import dense_attention, make_batch
 from pagedllm.attention import paged_attention
 from pagedllm.attention.blockwise import blockwise_attention
+from pagedllm.errors import InvalidInputError
 
 IMPLS = ["reference", "blockwise", "auto"]
 HEADS = [(4, 4), (9, 3), (8, 2), (4, 1)]  # query/KV ratio 1, 3, 4 and MQA
@@ -75,6 +76,17 @@ def test_unknown_impl_is_rejected() -> None:
     batch = make_batch([(0, 2)], 2, 1, 4)
     with pytest.raises(ValueError, match="unknown attention impl"):
         paged_attention(batch.query, batch.kv_cache, batch.meta, batch.scale, impl="nope")
+
+
+@pytest.mark.parametrize("impl", IMPLS + ["fast"])
+def test_query_heads_that_do_not_fit_the_pool_are_refused(impl: str) -> None:
+    batch = make_batch([(3, 2)], 4, 2, 4)
+    for query in (batch.query[:, :3], batch.query[..., :8]):  # 3 heads over 2 KV heads; head_dim 8 against 16
+        with pytest.raises(InvalidInputError, match="do not fit a KV pool"):
+            paged_attention(query, batch.kv_cache, batch.meta, batch.scale, impl=impl)
+    strided = torch.zeros(*batch.kv_cache.shape[:-1], 32)[..., ::2]
+    with pytest.raises(InvalidInputError, match="head_dim must be contiguous"):
+        paged_attention(batch.query, strided, batch.meta, batch.scale, impl=impl)
 
 
 def test_auto_decode_in_many_small_chunks_matches_dense(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -159,14 +159,14 @@ def test_a_join_that_fails_halfway_leaves_the_default_group(tiny_llama_dir, monk
 
 def test_the_ranks_pools_together_must_fit_the_machine(tiny_llama_dir, monkeypatch) -> None:
     """Each rank's pool fits the available memory alone, both together do not: refused before any worker starts."""
-    from pagedllm.engine import model_runner
+    from pagedllm.engine import pool_memory
 
     per_rank = 256 * 3 * 2 * 4 * 1 * 16 * 4  # 256 blocks x 3 layers x K, V x 4 slots x 1 KV head x 16 dims x 4 bytes
-    monkeypatch.setattr(model_runner, "available_bytes", lambda: per_rank * 3 // 2)
+    monkeypatch.setattr(pool_memory, "available_bytes", lambda: per_rank * 3 // 2)
     before = set(children(os.getpid()))
     with pytest.raises(InvalidInputError, match="2 ranks' KV pools of 0.0 GiB does not fit"):
         make_llm(tiny_llama_dir, 2, num_blocks=256)
     assert set(children(os.getpid())) == before
-    monkeypatch.setattr(model_runner, "available_bytes", lambda: per_rank * 2)
+    monkeypatch.setattr(pool_memory, "available_bytes", lambda: per_rank * 2)
     llm = make_llm(tiny_llama_dir, 2, num_blocks=256)  # exactly fits
     llm.engine.shutdown()

@@ -36,12 +36,12 @@ def test_steps_after_the_first_reuse_freed_buffers_without_page_faults():
 
 def test_a_pool_larger_than_the_available_memory_is_refused_before_it_is_allocated(tiny_llama_dir, monkeypatch):
     from pagedllm.config import EngineConfig
-    from pagedllm.engine import model_runner
+    from pagedllm.engine import pool_memory
     from pagedllm.engine.host_memory import available_bytes
     from pagedllm.engine.llm_engine import LLMEngine
     from pagedllm.errors import InvalidInputError
 
     assert available_bytes() > 0  # read from /proc/meminfo here
-    monkeypatch.setattr(model_runner, "available_bytes", lambda: 1 << 20)
+    monkeypatch.setattr(pool_memory, "available_bytes", lambda: 1 << 20)
     with pytest.raises(InvalidInputError, match=r"does not fit in this machine's 0.0 GiB of available memory"):
         LLMEngine(EngineConfig(model=str(tiny_llama_dir), kv_cache_memory="8MiB"))

@@ -104,6 +104,13 @@ def test_copied_block_continues_like_the_original(loaded):
     torch.testing.assert_close(forked, original, atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("copies", [[(0, 1), (1, 2)], [(3, 4), (4, 3)], [(5, 5)]])
+def test_copies_that_chain_are_refused(loaded, copies):
+    """The compiled, torch and Triton paths copy in different orders: a chain would depend on the path."""
+    with pytest.raises(InvalidInputError, match="both copied from and copied into"):
+        _runner(loaded).copy_blocks(copies)
+
+
 def test_empty_step_returns_no_logits(loaded):
     assert _runner(loaded).execute([]).shape == (0, loaded[1].vocab_size)
 

@@ -23,7 +23,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-OFFLINE = ("pagedllm", "vLLM", "transformers")
 SERVED = ("pagedllm", "vLLM")
 
 

@@ -6,7 +6,6 @@ FastAPI's 422 validation errors are folded into 400 so clients see what OpenAI w
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pagedllm.engine.async_engine import RequestAborted
 from pagedllm.entrypoints.protocol import ChatCompletionRequest, CompletionRequest
+from pagedllm.entrypoints.server import sse
 from pagedllm.errors import UserFacingError
 
 logger = logging.getLogger(__name__)
@@ -46,8 +46,11 @@ def error_body(message: str, type_: str = "invalid_request_error", param: str | 
 
 
 def error_response(error: APIError) -> JSONResponse:
-    body = error_body(error.message, error.type, error.param, error.code)
-    return JSONResponse(body, status_code=error.status, headers=error.headers)
+    return JSONResponse(_body_of(error), status_code=error.status, headers=error.headers)
+
+
+def _body_of(error: APIError) -> dict[str, Any]:
+    return error_body(error.message, error.type, error.param, error.code)
 
 
 def from_user_error(exc: UserFacingError) -> APIError:
@@ -152,4 +155,4 @@ def install_error_handlers(app: FastAPI) -> None:
 
 def sse_error(error: APIError) -> str:
     """An error event for a stream that has already started."""
-    return f"data: {json.dumps(error_body(error.message, error.type, error.param, error.code))}\n\n"
+    return sse.event(_body_of(error))
