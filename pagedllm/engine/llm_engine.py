@@ -115,14 +115,16 @@ class LLMEngine:
         params: SamplingParams | None = None,
         arrival_time: float | None = None,
         cache_salt: str | None = None,
+        prompt_text: str | None = None,
     ) -> str:
-        """Queue a request; raises InvalidInputError at once if it can never be served."""
+        """Queue a request; raises InvalidInputError at once if it can never be served. `prompt_text`: the text
+        of a prompt given as token ids, for its outputs to show (a rendered chat template)."""
         params = params or self.default_sampling_params()
         request_id = str(next(self._ids)) if request_id is None else request_id
         if request_id in self.requests:
             raise InvalidInputError(f"request id {request_id!r} is already in use")
-        prompt_text, token_ids = self._tokenize(prompt)
-        request = self._new_request(request_id, prompt_text, token_ids, params, cache_salt)
+        text, token_ids = self._tokenize(prompt)
+        request = self._new_request(request_id, text or prompt_text, token_ids, params, cache_salt)
         if arrival_time is not None:
             request.metrics.arrival_time = arrival_time
         self.scheduler.add(request, self.output_stage.start(request))
@@ -271,10 +273,11 @@ class LLMEngine:
         request_id_of = lambda seq_id: self.scheduler.request_of(seq_id).request_id  # noqa: E731
         return kv_snapshot(self.kv, self.stats(), request_id_of, offset, limit)
 
-    def apply_chat_template(self, messages: list[dict], **options: Any) -> list[int]:
-        """The conversation's prompt ids (pagedllm.model.chat_template.render_chat: as the server makes them)."""
+    def apply_chat_template(self, messages: list[dict], **options: Any) -> tuple[str, list[int]]:
+        """The conversation's prompt text and ids (pagedllm.model.chat_template.render_chat: as the server makes
+        them)."""
         text = render_chat(self.tokenizer, messages, **options)
-        return list(self.tokenizer.encode(text, add_special_tokens=False))  # the template wrote them
+        return text, list(self.tokenizer.encode(text, add_special_tokens=False))  # the template wrote them
 
     def _build_runner(self) -> ModelRunner:
         config = self.config

@@ -111,7 +111,7 @@ class OutputStage:
     def _token(self, t: _Target, result: SampleResult) -> SampledToken:
         reason, stop = self._token_stop(t.request, t.seq, result.token_id)
         return SampledToken(t.request, t.seq, t.completion, result.token_id, result.logprob, result.top_logprobs,
-                            t.fork, reason, stop)
+                            t.fork, reason, stop, result.rank)
 
     def _token_stop(self, request: Request, seq: Sequence, token: int) -> tuple[str | None, int | None]:
         """Why `token` ends the sequence, judged on token ids (stop strings are the detokenizer's)."""

@@ -1,13 +1,41 @@
 """What the engine hands back: per request, its n completions so far (and what each step added) and its metrics."""
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 
+@dataclass(frozen=True, slots=True)
+class Logprob:
+    """One token's entry in vLLM's shape. decoded_token is left unset: tokenizer.decode([token_id]) gives it."""
+
+    logprob: float
+    rank: int | None = None  # in the vocabulary, 1 = the likeliest
+    decoded_token: str | None = None
+
+
 @dataclass(slots=True)
-class TokenLogprob:
+class TokenLogprob(Mapping[int, Logprob]):
+    """A token's logprob and its top-k alternatives. Also readable as vLLM's dict of token id -> Logprob: the
+    token itself first, then the alternatives best first (ranks 1..k)."""
+
     token_id: int
     logprob: float
     top: dict[int, float]  # the top-k alternatives (token id -> logprob), k = SamplingParams.logprobs
+    rank: int | None = None  # the token's rank in the vocabulary (how many tokens are at least as likely)
+
+    def __getitem__(self, token_id: int) -> Logprob:
+        if token_id == self.token_id:
+            return Logprob(self.logprob, self.rank)
+        if token_id in self.top:
+            return Logprob(self.top[token_id], list(self.top).index(token_id) + 1)
+        raise KeyError(token_id)
+
+    def __iter__(self) -> Iterator[int]:
+        yield self.token_id
+        yield from (token for token in self.top if token != self.token_id)
+
+    def __len__(self) -> int:
+        return len(self.top) + (self.token_id not in self.top)
 
 
 @dataclass(slots=True)
@@ -23,6 +51,9 @@ class CompletionOutput:
     new_text: str = ""
     new_token_ids: list[int] = field(default_factory=list)
     new_logprobs: list[TokenLogprob] | None = None
+
+    def finished(self) -> bool:
+        return self.finish_reason is not None
 
 
 @dataclass(slots=True)
@@ -46,3 +77,8 @@ class RequestOutput:
     metrics: RequestMetrics
     # SamplingParams.prompt_logprobs: None for the first prompt token, then each one's logprob and top-k
     prompt_logprobs: list[TokenLogprob | None] | None = None
+
+    @property
+    def num_cached_tokens(self) -> int:
+        """Prompt tokens the prefix cache served (vLLM's name for metrics.num_cached_prompt_tokens)."""
+        return self.metrics.num_cached_prompt_tokens

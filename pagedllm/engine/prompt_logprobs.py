@@ -41,14 +41,18 @@ def record_prompt_logprobs(scheduled: list[ScheduledSeq], rows: list[range], log
 
 
 def token_logprobs(logits: torch.Tensor, targets: list[int], k: int) -> list[TokenLogprob]:
-    """Per row of float32 logits [rows, vocab]: the target token's logprob and the top-k (raw log-softmax).
-    The targets cross to the device in one copy and the results come back in one, as the sampler's do."""
+    """Per row of float32 logits [rows, vocab]: the target token's logprob and rank, and the top-k (raw
+    log-softmax). The targets cross to the device in one copy and the results come back in one, as the
+    sampler's do."""
     logprobs = torch.log_softmax(logits.float(), dim=-1)
     index = to_device(torch.tensor(targets, dtype=torch.long), logprobs.device, "sampling rows")
     top_values, top_ids = logprobs.topk(k, dim=-1)
+    chosen = logprobs.gather(1, index[:, None])
+    ranks = (logprobs >= chosen).sum(dim=1, keepdim=True)  # vLLM's count: the tokens at least as likely
     # float64 holds the ids exactly and the float32 logprobs unchanged
-    parts = [logprobs.gather(1, index[:, None]).double(), top_values.double(), top_ids.double()]
+    parts = [chosen.double(), ranks.double(), top_values.double(), top_ids.double()]
     host = to_host(torch.cat(parts, dim=1), "prompt logprobs")
-    chosen, values, ids = host[:, 0].tolist(), host[:, 1 : 1 + k].tolist(), host[:, 1 + k :].long().tolist()
-    return [TokenLogprob(target, value, dict(zip(row_ids, row_values)))
-            for target, value, row_ids, row_values in zip(targets, chosen, ids, values)]  # fmt: skip
+    chosen, ranks = host[:, 0].tolist(), host[:, 1].long().tolist()
+    values, ids = host[:, 2 : 2 + k].tolist(), host[:, 2 + k :].long().tolist()
+    return [TokenLogprob(target, value, dict(zip(row_ids, row_values)), rank)
+            for target, value, rank, row_ids, row_values in zip(targets, chosen, ranks, ids, values)]  # fmt: skip

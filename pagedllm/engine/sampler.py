@@ -41,6 +41,7 @@ class SampleResult:
     token_id: int
     logprob: float  # raw model log-probability of token_id
     top_logprobs: dict[int, float] | None  # top-k raw logprobs when params.logprobs is set
+    rank: int | None = None  # token_id's rank in the vocabulary by raw logprob, when params.logprobs is set
 
 
 @dataclass(slots=True)
@@ -311,7 +312,22 @@ def _results(raw: torch.Tensor, log_z: torch.Tensor, tokens: torch.Tensor, rows:
     host = to_host(torch.stack([tokens.double(), chosen.double()]), "sampled tokens")
     ids, chosen = host[0].long().tolist(), host[1].tolist()
     top = _top_logprobs(raw, log_z, rows)
-    return [SampleResult(ids[i], chosen[i], top[i]) for i in range(len(rows))]
+    ranks = _ranks(raw, tokens, rows)
+    return [SampleResult(ids[i], chosen[i], top[i], ranks[i]) for i in range(len(rows))]
+
+
+def _ranks(raw: torch.Tensor, tokens: torch.Tensor, rows: list[SamplingRow]) -> list[int | None]:
+    """Per row that asks for logprobs, its token's rank: the tokens at least as likely, itself included (vLLM's
+    count)."""
+    wanted = [i for i, r in enumerate(rows) if r.params.logprobs is not None]
+    ranks: list[int | None] = [None] * len(rows)
+    if wanted:
+        index = _index(wanted, raw)
+        picked = raw[index]
+        counts = (picked >= picked.gather(1, tokens[index, None])).sum(dim=1)
+        for i, count in zip(wanted, to_host(counts, "token ranks").tolist()):
+            ranks[i] = count
+    return ranks
 
 
 def _top_logprobs(raw: torch.Tensor, log_z: torch.Tensor, rows: list[SamplingRow]) -> list[dict[int, float] | None]:

@@ -20,7 +20,7 @@ def _add_token(token: SampledToken) -> None:
     completion = token.completion
     completion.cumulative_logprob += token.logprob
     if completion.logprobs is not None:
-        completion.logprobs.append(TokenLogprob(token.token_id, token.logprob, token.top_logprobs or {}))
+        completion.logprobs.append(TokenLogprob(token.token_id, token.logprob, token.top_logprobs or {}, token.rank))
     detokenizer = completion.detokenizer
     completion.add_text(detokenizer.append(token.token_id))
     if token.finish_reason is not None or detokenizer.stop_reason is not None:

@@ -60,7 +60,7 @@ def _prompt(engine, args: argparse.Namespace) -> str | list[int]:
         return args.prompt
     messages = [{"role": "system", "content": args.system}] if args.system is not None else []
     messages.append({"role": "user", "content": args.prompt})
-    return engine.apply_chat_template(messages)
+    return engine.apply_chat_template(messages)[1]
 
 
 def _stream(engine):

@@ -2,7 +2,7 @@
 
 from collections.abc import Sequence as Seq
 from dataclasses import fields
-from typing import Any
+from typing import Any, NamedTuple
 
 from tqdm import tqdm
 
@@ -14,7 +14,16 @@ from pagedllm.engine.stats import EngineStats
 from pagedllm.errors import InvalidInputError
 from pagedllm.sampling_params import SamplingParams
 
-Prompt = str | list[int]
+# A text, token ids, or vLLM's prompt dicts: {"prompt": text} (TextPrompt), {"prompt_token_ids": ids} (TokensPrompt),
+# either with a "cache_salt"; with both "prompt" and "prompt_token_ids" the ids run and the text is shown.
+Prompt = str | list[int] | dict[str, Any]
+PROMPT_KEYS = ("prompt", "prompt_token_ids", "cache_salt")
+
+
+class _Prompt(NamedTuple):
+    prompt: str | list[int]
+    text: str | None = None  # shown in the outputs of a prompt given as ids
+    cache_salt: str | None = None
 
 
 class LLM:
@@ -35,6 +44,10 @@ class LLM:
     def tokenizer(self):
         return self.engine.tokenizer
 
+    def get_tokenizer(self):
+        """The model's tokenizer (vLLM's spelling of `tokenizer`)."""
+        return self.engine.tokenizer
+
     def generate(
         self,
         prompts: Prompt | Seq[Prompt],
@@ -42,10 +55,7 @@ class LLM:
         use_tqdm: bool = True,
     ) -> list[RequestOutput]:
         """One RequestOutput per prompt, in prompt order, each with its n completions."""
-        prompts = _as_prompt_list(prompts)
-        params = _params_per_prompt(sampling_params, len(prompts), self.engine.default_sampling_params())
-        ids = self._add_all(prompts, params)
-        return self._run(ids, use_tqdm)
+        return self._generate(_as_prompt_list(prompts), sampling_params, use_tqdm)
 
     def chat(
         self,
@@ -55,29 +65,39 @@ class LLM:
         add_generation_prompt: bool = True,
         continue_final_message: bool = False,
         chat_template_kwargs: dict[str, Any] | None = None,
+        chat_template: str | None = None,
     ) -> list[RequestOutput]:
-        """Apply the model's chat template to each conversation (messages as the server takes them:
-        pagedllm.model.chat_template), then generate."""
+        """Apply the model's chat template (or `chat_template`, a Jinja template's text) to each conversation
+        (messages as the server takes them: pagedllm.model.chat_template), then generate."""
         for name, value in (("add_generation_prompt", add_generation_prompt),
                             ("continue_final_message", continue_final_message)):
             if not isinstance(value, bool):
                 raise InvalidInputError(f"{name} must be True or False, got {value!r}")
         if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, dict):
             raise InvalidInputError(f"chat_template_kwargs must be a dict, got {chat_template_kwargs!r:.80}")
+        if chat_template is not None and not isinstance(chat_template, str):
+            raise InvalidInputError(f"chat_template must be a template's text, got {chat_template!r:.80}")
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         options = dict(add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message,
-                       template_kwargs=chat_template_kwargs)
-        prompts = [self.engine.apply_chat_template(c, **options) for c in conversations]
-        return self.generate(prompts, sampling_params, use_tqdm)
+                       template_kwargs=chat_template_kwargs, chat_template=chat_template)
+        rendered = [self.engine.apply_chat_template(c, **options) for c in conversations]
+        return self._generate([_Prompt(ids, text) for text, ids in rendered], sampling_params, use_tqdm)
 
     def stats(self) -> EngineStats:
         return self.engine.stats()
 
-    def _add_all(self, prompts: list[Prompt], params: list[SamplingParams]) -> list[str]:
+    def _generate(self, prompts: list[_Prompt], sampling_params: SamplingParams | Seq[SamplingParams] | None,
+                  use_tqdm: bool) -> list[RequestOutput]:
+        params = _params_per_prompt(sampling_params, len(prompts), self.engine.default_sampling_params())
+        ids = self._add_all(prompts, params)
+        return self._run(ids, use_tqdm)
+
+    def _add_all(self, prompts: list[_Prompt], params: list[SamplingParams]) -> list[str]:
         ids: list[str] = []
         try:
             for prompt, p in zip(prompts, params):
-                ids.append(self.engine.add_request(None, prompt, p))
+                ids.append(self.engine.add_request(None, prompt.prompt, p, cache_salt=prompt.cache_salt,
+                                                   prompt_text=prompt.text))
         except Exception:
             for request_id in ids:  # all or nothing: never leave half a batch queued
                 self.engine.abort_request(request_id)
@@ -100,22 +120,40 @@ class LLM:
         return [done[i] for i in ids]
 
 
-PROMPT_FORMS = "a string, a list of token ids (ints), or a list of those"
+PROMPT_FORMS = "a string, a list of token ids (ints), a prompt dict (prompt / prompt_token_ids), or a list of those"
 
 
-def _as_prompt_list(prompts: Prompt | Seq[Prompt]) -> list[Prompt]:
-    if isinstance(prompts, str):
-        return [prompts]
+def _as_prompt_list(prompts: Prompt | Seq[Prompt]) -> list[_Prompt]:
+    if isinstance(prompts, (str, dict)):
+        return [_one_prompt(prompts)]
     if not isinstance(prompts, (list, tuple)):
         raise InvalidInputError(f"prompts must be {PROMPT_FORMS}, got {type(prompts).__name__}")
-    if not prompts:
-        raise InvalidInputError("no prompts given")
-    if _is_token_ids(prompts):
-        return [list(prompts)]  # one prompt given as token ids
-    for p in prompts:
-        if not (isinstance(p, str) or _is_token_ids(p)):
-            raise InvalidInputError(f"each prompt must be a string or a list of token ids (ints), got {p!r:.80}")
-    return [p if isinstance(p, str) else list(p) for p in prompts]
+    if prompts and _is_token_ids(prompts):
+        return [_Prompt(list(prompts))]  # one prompt given as token ids
+    return [_one_prompt(p) for p in prompts]  # none: none to run, as in vLLM
+
+
+def _one_prompt(prompt: object) -> _Prompt:
+    if isinstance(prompt, str):
+        return _Prompt(prompt)
+    if _is_token_ids(prompt):
+        return _Prompt(list(prompt))
+    if not isinstance(prompt, dict):
+        raise InvalidInputError(f"each prompt must be a string, a list of token ids (ints) or a prompt dict, "
+                                f"got {prompt!r:.80}")
+    if unknown := sorted(set(prompt) - set(PROMPT_KEYS)):
+        raise InvalidInputError(f"prompt dict key(s) {unknown} are not supported; known: {', '.join(PROMPT_KEYS)}")
+    text, ids, salt = (prompt.get(key) for key in PROMPT_KEYS)
+    if text is not None and not isinstance(text, str) or ids is not None and not _is_token_ids(ids):
+        raise InvalidInputError(f"a prompt dict's prompt must be a string and its prompt_token_ids a list of ints, "
+                                f"got {prompt!r:.80}")
+    if salt is not None and not isinstance(salt, str):
+        raise InvalidInputError(f"cache_salt must be a string, got {salt!r:.80}")
+    if ids is not None:
+        return _Prompt(list(ids), text, salt)
+    if text is None:
+        raise InvalidInputError("a prompt dict needs prompt or prompt_token_ids")
+    return _Prompt(text, None, salt)
 
 
 def _is_token_ids(value: object) -> bool:

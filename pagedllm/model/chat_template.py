@@ -19,12 +19,12 @@ def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def render_chat(tokenizer: Any, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
                 continue_final_message: bool = False, template_kwargs: dict[str, Any] | None = None,
-                documents: list[dict[str, Any]] | None = None) -> str:
+                documents: list[dict[str, Any]] | None = None, chat_template: str | None = None) -> str:
     """The conversation (and documents, for templates that take them) as the prompt text the model's template
-    makes of it."""
+    makes of it, or `chat_template` (a Jinja template's text) where given."""
     from jinja2 import TemplateError, TemplateSyntaxError
 
-    if hasattr(tokenizer, "chat_template") and tokenizer.chat_template is None:  # (a transformers tokenizer)
+    if chat_template is None and getattr(tokenizer, "chat_template", "") is None:  # (a transformers tokenizer)
         raise InvalidInputError("messages: this model has no chat template; send a prompt to /v1/completions")
     if reserved := sorted(set(template_kwargs or {}) & _call_parameters(tokenizer)):
         raise InvalidInputError(f"chat_template_kwargs may not set {', '.join(reserved)}: the template call's own "
@@ -38,6 +38,8 @@ def render_chat(tokenizer: Any, messages: list[dict[str, Any]], add_generation_p
         options["continue_final_message"] = True
     if documents is not None:
         options["documents"] = documents
+    if chat_template is not None:
+        options["chat_template"] = chat_template
     try:
         return tokenizer.apply_chat_template(template_messages(messages), add_generation_prompt=add_generation_prompt,
                                              tokenize=False, **options)

@@ -34,7 +34,7 @@ def _prompts(engine: LLMEngine) -> list[list[int]]:
     prompts = []
     for i in range(32):
         text = " ".join(rng.choice(words) for _ in range(rng.randint(2, 90)))
-        prompts.append(engine.apply_chat_template([{"role": "user", "content": f"Summarize: {text}"}]))
+        prompts.append(engine.apply_chat_template([{"role": "user", "content": f"Summarize: {text}"}])[1])
     return prompts
 
 

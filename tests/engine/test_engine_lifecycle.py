@@ -121,7 +121,7 @@ def test_generate_with_a_bad_prompt_raises_and_leaves_no_request_behind(tiny_lla
     assert len(out.outputs[0].token_ids) == 3
 
 
-@pytest.mark.parametrize("prompts", [None, 5, b"hello", {"prompt": "hi"}, [1.0, 2.0], [1, 2.5], [None], [True, 2],
+@pytest.mark.parametrize("prompts", [None, 5, b"hello", {"text": "hi"}, [1.0, 2.0], [1, 2.5], [None], [True, 2],
                                      "abc\ud800def"],
                          ids=["none", "int", "bytes", "dict", "floats", "mixed", "list-of-none", "bools", "surrogate"])
 def test_generate_names_a_prompt_of_no_accepted_form(tiny_llama_dir, prompts):
@@ -306,7 +306,7 @@ def test_llm_chat_renders_as_the_server_does_and_checks_its_options(tiny_llama_d
     llm = LLM(model=str(tiny_llama_dir), num_blocks=64, block_size=4)
     messages = [{"role": "user", "content": "hello"}]
     (out,) = llm.chat(messages, SamplingParams(max_tokens=2, temperature=0.0), use_tqdm=False)
-    assert out.prompt_token_ids == llm.engine.apply_chat_template(messages)
+    assert (out.prompt, out.prompt_token_ids) == llm.engine.apply_chat_template(messages)  # the rendered text too
     for options, field in [({"add_generation_prompt": "no"}, "add_generation_prompt"),
                            ({"continue_final_message": None}, "continue_final_message"),
                            ({"chat_template_kwargs": "x"}, "chat_template_kwargs")]:

@@ -27,6 +27,18 @@ def check_against_transformers(hf_model, prompt: list[int], entries) -> None:
         top_values, top_ids = want[position].topk(K)
         assert list(entry.top) == top_ids.tolist()
         assert list(entry.top.values()) == pytest.approx(top_values.tolist(), abs=1e-4)
+        check_rank(want[position], entry)
+
+
+def check_rank(logprobs: torch.Tensor, entry) -> None:
+    """The entry's rank is vLLM's count of tokens at least as likely as its own (transformers' logprobs give
+    the count within their 1e-4 of the engine's), and its vLLM-shaped view holds the token, then the top-k."""
+    value = logprobs[entry.token_id].item()
+    assert int((logprobs >= value + 1e-4).sum()) < entry.rank <= int((logprobs >= value - 1e-4).sum())
+    view = dict(entry)
+    assert list(view) == [entry.token_id] + [t for t in entry.top if t != entry.token_id]
+    assert (view[entry.token_id].logprob, view[entry.token_id].rank) == (entry.logprob, entry.rank)
+    assert [view[t].rank for t in entry.top] == list(range(1, len(entry.top) + 1))
 
 
 @pytest.mark.parametrize("budget", [512, 7])  # whole prompts; chunks of 7 tokens across steps

@@ -1,0 +1,83 @@
+"""The offline API in the shapes vLLM's users write: prompt dicts, per-token logprob dicts with ranks,
+get_tokenizer, chat with a template of one's own, an empty batch."""
+
+import pytest
+import torch
+from test_engine import GREEDY, hf_model, random_prompts  # noqa: F401  (hf_model: fixture)
+from test_prompt_logprobs import check_rank
+
+from pagedllm.engine.outputs import Logprob
+from pagedllm.entrypoints.llm import LLM
+from pagedllm.errors import InvalidInputError
+from pagedllm.sampling_params import SamplingParams
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_llama_dir):
+    return LLM(model=str(tiny_llama_dir), num_blocks=128, block_size=4, dtype="float32")
+
+
+def test_prompt_dicts_run_as_their_text_or_ids(llm):
+    ids = random_prompts(1, seed=3, low=9, high=9)[0]
+    params = SamplingParams(max_tokens=4, **GREEDY)
+    plain = llm.generate(["hello there", ids], params, use_tqdm=False)
+    dicts = llm.generate([{"prompt": "hello there"}, {"prompt_token_ids": ids, "prompt": "shown"}], params,
+                         use_tqdm=False)  # fmt: skip
+    assert [o.outputs[0].token_ids for o in dicts] == [o.outputs[0].token_ids for o in plain]
+    assert [o.prompt for o in dicts] == ["hello there", "shown"]
+    (single,) = llm.generate({"prompt_token_ids": ids}, params, use_tqdm=False)
+    assert single.prompt_token_ids == ids and single.prompt is None
+
+
+def test_a_prompt_dicts_cache_salt_keeps_its_prefix_apart(llm):
+    ids = random_prompts(1, seed=4, low=17, high=17)[0]
+    params = SamplingParams(max_tokens=1, **GREEDY)
+    llm.generate({"prompt_token_ids": ids, "cache_salt": "a"}, params, use_tqdm=False)
+    (same,) = llm.generate({"prompt_token_ids": ids, "cache_salt": "a"}, params, use_tqdm=False)
+    (other,) = llm.generate({"prompt_token_ids": ids, "cache_salt": "b"}, params, use_tqdm=False)
+    assert (same.num_cached_tokens, other.num_cached_tokens) == (16, 0)
+
+
+@pytest.mark.parametrize("prompt,message", [
+    ({}, "needs prompt or prompt_token_ids"), ({"prompt": 5}, "must be a string"),
+    ({"prompt_token_ids": "abc"}, "list of ints"), ({"prompt": "hi", "multi_modal_data": {}}, "not supported"),
+    ({"prompt": "hi", "cache_salt": 3}, "cache_salt must be a string"),
+])  # fmt: skip
+def test_bad_prompt_dicts_are_refused(llm, prompt, message):
+    with pytest.raises(InvalidInputError, match=message):
+        llm.generate([prompt], use_tqdm=False)
+    assert llm.engine.requests == {} and llm.engine.kv.num_used_blocks == 0
+
+
+def test_an_empty_batch_gives_no_outputs(llm):
+    assert llm.generate([], use_tqdm=False) == [] and llm.chat([], use_tqdm=False) == []
+
+
+def test_get_tokenizer_is_the_models_tokenizer(llm):
+    assert llm.get_tokenizer() is llm.tokenizer is llm.engine.tokenizer
+
+
+def test_chat_with_a_template_of_ones_own(llm):
+    template = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+    (out,) = llm.chat([{"role": "user", "content": "hi"}], SamplingParams(max_tokens=2, **GREEDY), use_tqdm=False,
+                      chat_template=template)  # fmt: skip
+    assert out.prompt == "[user] hi\n"
+    assert out.prompt_token_ids == llm.tokenizer.encode(out.prompt, add_special_tokens=False)
+    with pytest.raises(InvalidInputError, match="chat_template must be a template's text"):
+        llm.chat([{"role": "user", "content": "hi"}], chat_template=3)
+
+
+def test_sampled_tokens_logprobs_read_as_vllms_dicts_with_ranks(llm, hf_model):
+    """Sampled (not the likeliest) tokens: their ranks against transformers' logprobs of the same positions."""
+    prompt = random_prompts(1, seed=5, low=12, high=12)[0]
+    params = SamplingParams(max_tokens=8, temperature=1.5, seed=3, logprobs=2, ignore_eos=True)
+    (out,) = llm.generate([prompt], params, use_tqdm=False)
+    completion = out.outputs[0]
+    with torch.no_grad():
+        logits = hf_model(torch.tensor([prompt + completion.token_ids])).logits[0, len(prompt) - 1 : -1]
+    want = torch.log_softmax(logits.float(), dim=-1)
+    for position, entry in enumerate(completion.logprobs):
+        check_rank(want[position], entry)
+        assert entry[entry.token_id] == Logprob(entry.logprob, entry.rank)
+    assert any(entry.rank > 2 for entry in completion.logprobs)  # some fall outside the top 2
+    assert completion.finished() and out.num_cached_tokens == out.metrics.num_cached_prompt_tokens
