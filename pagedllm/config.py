@@ -53,6 +53,10 @@ class EngineConfig:
     preemption_mode: str = option(
         "recompute", "what a preempted sequence's K/V become: recomputed later, or swapped out", PREEMPTION_MODES
     )
+    swap_space: str | int = option(
+        "4GiB", "with --preemption-mode swap: the most memory swapped-out K/V may take (per rank); a sequence "
+        "preempted past it is recomputed instead"
+    )
     allocator: str = option(
         "paged", "contiguous: admit a request only with a max-length contiguous reservation (the baseline)", ALLOCATORS
     )
@@ -80,8 +84,10 @@ class EngineConfig:
             _require_positive("num_blocks", self.num_blocks)
         if self.max_model_len is not None:
             _require_positive("max_model_len", self.max_model_len)
-        if parse_memory_size(self.kv_cache_memory) <= 0:
+        if _memory_size("kv_cache_memory", self.kv_cache_memory) <= 0:
             raise InvalidInputError("kv_cache_memory must be positive")
+        if _memory_size("swap_space", self.swap_space) < 0:  # 0 is allowed: every preemption recomputes
+            raise InvalidInputError("swap_space must be >= 0")
         _require_choice("allocator", self.allocator, ALLOCATORS)
         _require_choice("preemption_mode", self.preemption_mode, PREEMPTION_MODES)
         _require_device_name(self.device)
@@ -97,6 +103,13 @@ class EngineConfig:
         name = self.served_model_name
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise InvalidInputError(f"served_model_name must be a non-empty string, got {name!r}")
+
+
+def _memory_size(name: str, value: str | int) -> int:
+    try:
+        return parse_memory_size(value)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"{name}: {exc}") from None
 
 
 def _require_positive(name: str, value: int) -> None:

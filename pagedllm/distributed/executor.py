@@ -136,6 +136,10 @@ class MirroredSwapSpace:
     def __len__(self) -> int:
         return len(self.local)
 
+    @property
+    def tokens_held(self) -> int:
+        return self.local.tokens_held
+
     def save(self, seq_id: int, blocks: list[int], num_tokens: int) -> None:
         self.local.save(seq_id, blocks, num_tokens)
         self._pending.append(SwapCall(SwapOp.SAVE, seq_id, list(blocks), num_tokens))

@@ -311,40 +311,25 @@ def _results(raw: torch.Tensor, log_z: torch.Tensor, tokens: torch.Tensor, rows:
     # one copy back: float64 holds the ids exactly and the float32 logprobs unchanged
     host = to_host(torch.stack([tokens.double(), chosen.double()]), "sampled tokens")
     ids, chosen = host[0].long().tolist(), host[1].tolist()
-    top = _top_logprobs(raw, log_z, rows)
-    ranks = _ranks(raw, tokens, rows)
+    top, ranks = _top_logprobs(raw, log_z, tokens, rows)
     return [SampleResult(ids[i], chosen[i], top[i], ranks[i]) for i in range(len(rows))]
 
 
-def _ranks(raw: torch.Tensor, tokens: torch.Tensor, rows: list[SamplingRow]) -> list[int | None]:
-    """Per row that asks for logprobs, its token's rank: the tokens at least as likely, itself included (vLLM's
-    count)."""
-    wanted = [i for i, r in enumerate(rows) if r.params.logprobs is not None]
-    ranks: list[int | None] = [None] * len(rows)
-    if wanted:
-        index = _index(wanted, raw)
-        picked = raw[index]
-        counts = (picked >= picked.gather(1, tokens[index, None])).sum(dim=1)
-        for i, count in zip(wanted, to_host(counts, "token ranks").tolist()):
-            ranks[i] = count
-    return ranks
-
-
-def _top_logprobs(raw: torch.Tensor, log_z: torch.Tensor, rows: list[SamplingRow]) -> list[dict[int, float] | None]:
+def _top_logprobs(
+    raw: torch.Tensor, log_z: torch.Tensor, tokens: torch.Tensor, rows: list[SamplingRow]
+) -> tuple[list[dict[int, float] | None], list[int | None]]:
+    """Per row that asks for logprobs: its top-k and its token's rank (vLLM's count: the tokens at least as
+    likely, itself included), in one more copy back; None for the other rows."""
     wanted = [r.params.logprobs for r in rows]
     k_max = max((k for k in wanted if k is not None), default=None)
     if k_max is None:
-        return [None] * len(rows)
-    if k_max:
-        values, indices = raw.topk(k_max, dim=-1)
-        host = to_host(torch.stack([(values - log_z).double(), indices.double()]), "top logprobs")
-        values, indices = host[0], host[1].long()
-    out: list[dict[int, float] | None] = []
-    for i, k in enumerate(wanted):
-        if k is None:
-            out.append(None)
-        elif k == 0:
-            out.append({})
-        else:
-            out.append(dict(zip(indices[i, :k].tolist(), values[i, :k].tolist())))
-    return out
+        return [None] * len(rows), [None] * len(rows)
+    ranks = (raw >= raw.gather(1, tokens[:, None])).sum(dim=1, keepdim=True)  # every row: no row index to send
+    values, indices = raw.topk(k_max, dim=-1)
+    host = to_host(torch.cat([ranks.double(), (values - log_z).double(), indices.double()], dim=1), "top logprobs")
+    top: list[dict[int, float] | None] = []
+    ranks: list[int | None] = []
+    for row, k in zip(host.tolist(), wanted):
+        top.append(None if k is None else {int(t): lp for t, lp in zip(row[1 + k_max : 1 + k_max + k], row[1 : 1 + k])})
+        ranks.append(None if k is None else int(row[0]))
+    return top, ranks

@@ -27,11 +27,13 @@ from pagedllm.kv.manager import KVCacheManager, PrefixHit
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, kv: KVCacheManager, max_model_len: int, swap: SwapStore) -> None:
+    def __init__(self, config: EngineConfig, kv: KVCacheManager, max_model_len: int, swap: SwapStore,
+                 swap_tokens: int | None = None) -> None:
         self.config = config
         self.kv = kv
         self.max_model_len = max_model_len
         self.swap = swap  # K/V of swapped-out sequences (preemption_mode="swap")
+        self.swap_tokens = swap_tokens  # the most tokens the swap space may hold (config.swap_space); None: no limit
         self.seqs = SeqRegistry()
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -167,14 +169,18 @@ class Scheduler:
         out.preempted.append(request)
 
     def _evict(self, seq: Sequence, uncopied: dict[int, int]) -> None:
-        """Give a preempted sequence's blocks back: its K/V saved aside (swap) or recomputed later."""
+        """Give a preempted sequence's blocks back: its K/V saved aside (swap, where the swap space has room)
+        or recomputed later."""
         num_computed = seq.num_computed
-        if self.config.preemption_mode == "swap" and seq.num_computed > 0:
+        if self.config.preemption_mode == "swap" and 0 < num_computed and self._swap_has_room(num_computed):
             blocks = [uncopied.get(b, b) for b in self.kv.block_table(seq.seq_id)]
             self.swap.save(seq.seq_id, blocks, seq.num_computed)
         else:
             seq.num_computed = 0
         self.kv.free(seq.seq_id, num_computed)
+
+    def _swap_has_room(self, num_tokens: int) -> bool:
+        return self.swap_tokens is None or self.swap.tokens_held + num_tokens <= self.swap_tokens
 
     # -- waiting -------------------------------------------------------------------------------------
 

@@ -17,6 +17,8 @@ class SwapStore(Protocol):
 
     def __contains__(self, seq_id: object) -> bool: ...
     def __len__(self) -> int: ...
+    @property
+    def tokens_held(self) -> int: ...
     def save(self, seq_id: int, blocks: list[int], num_tokens: int) -> None: ...
     def restore(self, seq_id: int, blocks: list[int]) -> None: ...
     def drop(self, seq_id: int) -> None: ...
@@ -32,6 +34,11 @@ class SwapSpace:
 
     def __len__(self) -> int:
         return len(self._saved)
+
+    @property
+    def tokens_held(self) -> int:
+        """Tokens of K/V saved here, over every swapped-out sequence."""
+        return sum(rows[0].shape[1] for rows in self._saved.values())
 
     def save(self, seq_id: int, blocks: list[int], num_tokens: int) -> None:
         self._saved[seq_id] = [

@@ -87,6 +87,10 @@ class FakeSwap:
     def __len__(self) -> int:
         return len(self.saved)
 
+    @property
+    def tokens_held(self) -> int:
+        return sum(num_tokens for _, num_tokens in self.saved.values())
+
     def save(self, seq_id, blocks, num_tokens) -> None:
         self.saved[seq_id] = (list(blocks), num_tokens)
 

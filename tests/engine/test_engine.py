@@ -74,13 +74,22 @@ def test_batched_greedy_equals_alone_and_transformers(tiny_llama_dir, hf_model):
         assert batched[i] == hf_greedy(hf_model, prompts[i], lengths[i]), f"request {i} differs from transformers"
 
 
-@pytest.mark.parametrize("mode", ["recompute", "swap"])
-def test_preemption_keeps_greedy_tokens_and_frees_everything(tiny_llama_dir, mode):
+@pytest.mark.parametrize("mode,swap_space", [("recompute", "4GiB"), ("swap", "4GiB"), ("swap", "4KiB"), ("swap", 0)])
+def test_preemption_keeps_greedy_tokens_and_frees_everything(tiny_llama_dir, mode, swap_space, monkeypatch):
+    """A swap space too small for a victim (4 KiB: a few tokens of this model; 0) recomputes it instead."""
     prompts = random_prompts(12, seed=2, low=10, high=40)
     params = SamplingParams(max_tokens=30, **GREEDY)
     reference = tokens(run_all(make_engine(tiny_llama_dir), prompts, params))
-    small = make_engine(tiny_llama_dir, num_blocks=40, preemption_mode=mode)
+    small = make_engine(tiny_llama_dir, num_blocks=40, preemption_mode=mode, swap_space=swap_space)
+    most_held, save = [0], small.swap_space.save
+    def recording_save(*args):
+        save(*args)
+        most_held[0] = max(most_held[0], small.swap_space.tokens_held)
+    monkeypatch.setattr(small.swap_space, "save", recording_save)
     squeezed = tokens(run_all(small, prompts, params))
+    assert most_held[0] <= small.scheduler.swap_tokens
+    if swap_space != "4KiB":
+        assert (most_held[0] > 0) == (mode == "swap" and swap_space == "4GiB")
     assert small.stats().num_preemptions > 0, "the pool was meant to be too small for all requests at once"
     assert squeezed == reference
     assert small.stats().num_running == 0 and small.stats().num_waiting == 0

@@ -17,10 +17,10 @@ TOKEN = 7  # every sampled token
 
 
 def make(num_blocks: int, block_size: int = 4, budget: int = 64, max_num_seqs: int = 64, mode: str = "recompute",
-         max_model_len: int = 256) -> Scheduler:
+         max_model_len: int = 256, swap_tokens: int | None = None) -> Scheduler:
     config = EngineConfig(block_size=block_size, num_blocks=num_blocks, max_num_batched_tokens=budget,
                           max_num_seqs=max_num_seqs, preemption_mode=mode)
-    return Scheduler(config, FakeKV(num_blocks, block_size), max_model_len, FakeSwap())
+    return Scheduler(config, FakeKV(num_blocks, block_size), max_model_len, FakeSwap(), swap_tokens)
 
 
 def add(sched: Scheduler, name: str, prompt_len: int, max_tokens: int = 50, n: int = 1) -> Request:
@@ -117,6 +117,16 @@ def test_swap_saves_the_victims_kv_and_restores_it_before_its_next_token():
     assert step(sched) == [("b", 0, 1)]  # its pending token, against the restored K/V
     assert b.seqs[0].num_computed == 9
 
+
+
+@pytest.mark.parametrize("room,swapped", [(8, True), (7, False)])
+def test_a_victim_past_the_swap_spaces_room_is_recomputed(room, swapped):
+    sched = make(num_blocks=4, budget=64, mode="swap", swap_tokens=room)
+    a, b = add(sched, "a", 4), add(sched, "b", 7)
+    step(sched), step(sched)
+    out = sched.schedule()  # b, 8 tokens computed, is preempted (as in the test above)
+    assert names(out.preempted) == ["b"] and (b.seqs[0].seq_id in sched.swap) == swapped
+    assert b.seqs[0].num_computed == (8 if swapped else 0) and sched.swap.tokens_held == (8 if swapped else 0)
 
 
 def test_recompute_readmits_prompt_and_output_so_far():
