@@ -199,7 +199,12 @@ def main() -> int:
         return greedy(args.model_dir, args.device, args.prompts, args.new_tokens)
     if args.step == "graphs":
         return compare_graphs(args.model_dir)
-    return bandwidth() if args.step == "bandwidth" else imports()
+    if args.step == "bandwidth":
+        if not args.device.startswith("cuda"):
+            print("bandwidth times the GPU's copies and Triton kernels: it runs with --device cuda only", file=sys.stderr)
+            return 2
+        return bandwidth()
+    return imports()
 
 
 if __name__ == "__main__":

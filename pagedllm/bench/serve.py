@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from pagedllm.bench.serve_report import render_markdown, render_text, write_output
 
     report = asyncio.run(_run_with_server(args)) if args.base_url else _run_launched(args)
-    if args.json is None and args.md is None:
+    if "-" not in (args.json, args.md):  # the table, unless a report goes to stdout in its place
         print(render_text(report))
     if args.json is not None:
         write_output(args.json, json.dumps(report, indent=2) + "\n")

@@ -53,3 +53,4 @@ def write_output(path: str, text: str) -> None:
         sys.stdout.write(text)
     else:
         Path(path).write_text(text, encoding="utf-8")
+        print(f"wrote {path}", file=sys.stderr)

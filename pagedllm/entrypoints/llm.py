@@ -1,5 +1,6 @@
 """The offline API: `LLM().generate(prompts, SamplingParams(...))`."""
 
+import logging
 from collections.abc import Sequence as Seq
 from dataclasses import fields
 from typing import Any, NamedTuple
@@ -38,7 +39,12 @@ class LLM:
         unknown = sorted(set(engine_options) - known)
         if unknown:
             raise InvalidInputError(f"unknown engine option(s) {unknown}; known: {sorted(known)}")
+        _show_engine_log()
         self.engine = LLMEngine(EngineConfig(model=model, **engine_options))
+
+    def shutdown(self) -> None:
+        """Stop the engine now (a tensor-parallel one's workers with it); it is also stopped at exit."""
+        self.engine.shutdown()
 
     @property
     def tokenizer(self):
@@ -118,6 +124,17 @@ class LLM:
                     self.engine.abort_request(request_id)
                 raise
         return [done[i] for i in ids]
+
+
+def _show_engine_log() -> None:
+    """The engine's startup lines (device, dtype, KV pool, sampling defaults) on stderr, as vLLM's LLM shows its
+    own, unless the program has set up logging itself."""
+    logger = logging.getLogger("pagedllm")
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s pagedllm: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
 
 
 PROMPT_FORMS = "a string, a list of token ids (ints), a prompt dict (prompt / prompt_token_ids), or a list of those"

@@ -77,10 +77,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _log_startup(engine: Any, host: str, port: int) -> None:
-    stats = engine.stats()
-    logger.info("KV pool: %d blocks x %d tokens = %d token slots; max model len %d; prefix caching %s",
-                stats.num_blocks, stats.block_size, stats.num_blocks * stats.block_size,
-                engine.max_model_len, "on" if engine.config.enable_prefix_caching else "off")
+    """After the engine's own lines (device, dtype, the KV pool)."""
+    logger.info("max model len %d; prefix caching %s", engine.max_model_len,
+                "on" if engine.config.enable_prefix_caching else "off")
     logger.info("serving %s on http://%s:%d (dashboard: /dashboard)", engine.model_name, host, port)
 
 

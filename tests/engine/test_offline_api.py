@@ -1,6 +1,9 @@
 """The offline API in the shapes vLLM's users write: prompt dicts, per-token logprob dicts with ranks,
 get_tokenizer, chat with a template of one's own, an empty batch."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from test_engine import GREEDY, hf_model, random_prompts  # noqa: F401  (hf_model: fixture)
@@ -81,3 +84,12 @@ def test_sampled_tokens_logprobs_read_as_vllms_dicts_with_ranks(llm, hf_model):
         assert entry[entry.token_id] == Logprob(entry.logprob, entry.rank)
     assert any(entry.rank > 2 for entry in completion.logprobs)  # some fall outside the top 2
     assert completion.finished() and out.num_cached_tokens == out.metrics.num_cached_prompt_tokens
+
+
+def test_a_script_sees_the_engines_startup_lines_and_can_stop_it(tiny_llama_dir):
+    """As vLLM's LLM shows its own: without any logging set up, the startup lines reach stderr."""
+    script = f"from pagedllm import LLM\nllm = LLM(model={str(tiny_llama_dir)!r}, num_blocks=64, block_size=4)\n" \
+             "llm.shutdown()\n"
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "INFO pagedllm: KV pool: 64 blocks x 4 tokens" in run.stderr
