@@ -27,6 +27,7 @@ from pagedllm.engine.stats import EngineStats
 from pagedllm.engine.step import SchedulerOutput
 from pagedllm.engine.step_logits import StepLogits
 from pagedllm.engine.text_stage import detokenize
+from pagedllm.engine.token_text import TokenText
 from pagedllm.errors import InvalidInputError, ModelLoadError
 from pagedllm.kv.block_table import blocks_needed
 from pagedllm.kv.manager import KVCacheManager
@@ -88,6 +89,7 @@ class LLMEngine:
 
         config = self.config
         self.tokenizer = load_tokenizer(path)
+        self.token_text = TokenText(self.tokenizer)  # each logprobs entry's decoded_token
         self.model_name = config.served_model_name or _model_name(path)
         self.max_model_len = _max_model_len(config.max_model_len, self.model_config)
         if config.tensor_parallel_size == 1:
@@ -158,9 +160,9 @@ class LLMEngine:
             self.kv.step_failed()  # what the pass hashed for the step was never written
             raise
         self.kv.step_ran()
-        record_prompt_logprobs(step.scheduled, prompt_logits, logits, len(step.logits_seqs()))
+        record_prompt_logprobs(step.scheduled, prompt_logits, logits, len(step.logits_seqs()), self.token_text)
         outcome = self.output_stage.process(step, logits)
-        detokenize(outcome, self.tokenizer)
+        detokenize(outcome, self.tokenizer, self.token_text)
         self.prompt_tokens_total += sum(s.num_prompt_tokens for s in step.scheduled)
         self.generation_tokens_total += outcome.num_generated
         touched = self.scheduler.update(step, outcome)

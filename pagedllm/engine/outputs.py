@@ -1,12 +1,12 @@
 """What the engine hands back: per request, its n completions so far (and what each step added) and its metrics."""
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
 class Logprob:
-    """One token's entry in vLLM's shape. decoded_token is left unset: tokenizer.decode([token_id]) gives it."""
+    """One token's entry in vLLM's shape."""
 
     logprob: float
     rank: int | None = None  # in the vocabulary, 1 = the likeliest
@@ -22,13 +22,16 @@ class TokenLogprob(Mapping[int, Logprob]):
     logprob: float
     top: dict[int, float]  # the top-k alternatives (token id -> logprob), k = SamplingParams.logprobs
     rank: int | None = None  # the token's rank in the vocabulary (how many tokens are at least as likely)
+    text_of: Callable[[int], str] | None = field(default=None, repr=False, compare=False)  # a token's text
 
     def __getitem__(self, token_id: int) -> Logprob:
         if token_id == self.token_id:
-            return Logprob(self.logprob, self.rank)
-        if token_id in self.top:
-            return Logprob(self.top[token_id], list(self.top).index(token_id) + 1)
-        raise KeyError(token_id)
+            value, rank = self.logprob, self.rank
+        elif token_id in self.top:
+            value, rank = self.top[token_id], list(self.top).index(token_id) + 1
+        else:
+            raise KeyError(token_id)
+        return Logprob(value, rank, self.text_of(token_id) if self.text_of is not None else None)
 
     def __iter__(self) -> Iterator[int]:
         yield self.token_id

@@ -8,6 +8,8 @@ have no logits, so such a request takes from the cache only the positions it has
 what it computed before); a recomputed chunk adds only the entries it did not have.
 """
 
+from collections.abc import Callable
+
 import torch
 
 from pagedllm.engine.device import to_device, to_host
@@ -26,7 +28,7 @@ def prompt_rows(s: ScheduledSeq) -> range:
 
 
 def record_prompt_logprobs(scheduled: list[ScheduledSeq], rows: list[range], logits: StepLogits,
-                           first_row: int) -> None:
+                           first_row: int, text_of: Callable[[int], str] | None = None) -> None:
     """Append to each request the entries of its prompt rows; they start at logits row first_row, in order."""
     row = first_row
     for s, offsets in zip(scheduled, rows):
@@ -36,11 +38,12 @@ def record_prompt_logprobs(scheduled: list[ScheduledSeq], rows: list[range], log
         positions = range(s.num_cached + offsets.start, s.num_cached + offsets.stop)
         targets = request.prompt_token_ids[positions.start + 1 : positions.stop + 1]
         full = logits.rows(list(range(row, row + len(offsets))))
-        request.prompt_logprobs.extend(token_logprobs(full, targets, request.params.prompt_logprobs))
+        request.prompt_logprobs.extend(token_logprobs(full, targets, request.params.prompt_logprobs, text_of))
         row += len(offsets)
 
 
-def token_logprobs(logits: torch.Tensor, targets: list[int], k: int) -> list[TokenLogprob]:
+def token_logprobs(logits: torch.Tensor, targets: list[int], k: int,
+                   text_of: Callable[[int], str] | None = None) -> list[TokenLogprob]:
     """Per row of float32 logits [rows, vocab]: the target token's logprob and rank, and the top-k (raw
     log-softmax). The targets cross to the device in one copy and the results come back in one, as the
     sampler's do."""
@@ -54,5 +57,5 @@ def token_logprobs(logits: torch.Tensor, targets: list[int], k: int) -> list[Tok
     host = to_host(torch.cat(parts, dim=1), "prompt logprobs")
     chosen, ranks = host[:, 0].tolist(), host[:, 1].long().tolist()
     values, ids = host[:, 2 : 2 + k].tolist(), host[:, 2 + k :].long().tolist()
-    return [TokenLogprob(target, value, dict(zip(row_ids, row_values)), rank)
+    return [TokenLogprob(target, value, dict(zip(row_ids, row_values)), rank, text_of)
             for target, value, rank, row_ids, row_values in zip(targets, chosen, ranks, ids, values)]  # fmt: skip

@@ -2,25 +2,29 @@
 stop strings, and decodes the hypotheses of finished beam searches. Writes only Completions and the
 outcome; the scheduler applies the stops."""
 
+from collections.abc import Callable
+
 from pagedllm.engine.beam import BeamSearch
 from pagedllm.engine.detokenizer import Tokenizer, decode_after
 from pagedllm.engine.outcome import BeamChoice, SampledToken, StepOutcome
 from pagedllm.engine.outputs import CompletionOutput, TokenLogprob
 
 
-def detokenize(outcome: StepOutcome, tokenizer: Tokenizer) -> None:
+def detokenize(outcome: StepOutcome, tokenizer: Tokenizer, text_of: Callable[[int], str] | None = None) -> None:
+    """text_of: a token's text, for the logprobs entries to show (Logprob.decoded_token)."""
     for token in outcome.tokens:
-        _add_token(token)
+        _add_token(token, text_of)
     for choice in outcome.beams:
         if choice.step.done:
             choice.request.final_outputs = _beam_outputs(choice, tokenizer)
 
 
-def _add_token(token: SampledToken) -> None:
+def _add_token(token: SampledToken, text_of: Callable[[int], str] | None) -> None:
     completion = token.completion
     completion.cumulative_logprob += token.logprob
     if completion.logprobs is not None:
-        completion.logprobs.append(TokenLogprob(token.token_id, token.logprob, token.top_logprobs or {}, token.rank))
+        completion.logprobs.append(TokenLogprob(token.token_id, token.logprob, token.top_logprobs or {}, token.rank,
+                                                text_of))
     detokenizer = completion.detokenizer
     completion.add_text(detokenizer.append(token.token_id))
     if token.finish_reason is not None or detokenizer.stop_reason is not None:

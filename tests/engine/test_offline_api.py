@@ -81,7 +81,8 @@ def test_sampled_tokens_logprobs_read_as_vllms_dicts_with_ranks(llm, hf_model):
     want = torch.log_softmax(logits.float(), dim=-1)
     for position, entry in enumerate(completion.logprobs):
         check_rank(want[position], entry)
-        assert entry[entry.token_id] == Logprob(entry.logprob, entry.rank)
+        text = llm.tokenizer.decode([entry.token_id])
+        assert entry[entry.token_id] == Logprob(entry.logprob, entry.rank, text)
     assert any(entry.rank > 2 for entry in completion.logprobs)  # some fall outside the top 2
     assert completion.finished() and out.num_cached_tokens == out.metrics.num_cached_prompt_tokens
 

@@ -1,7 +1,8 @@
 """The two OpenAI logprobs shapes built from the engine's TokenLogprob entries."""
 
 from pagedllm.engine.outputs import TokenLogprob
-from pagedllm.entrypoints.server.logprobs import TokenText, chat_logprobs, completion_logprobs, prompt_logprobs
+from pagedllm.engine.token_text import TokenText
+from pagedllm.entrypoints.server.logprobs import chat_logprobs, completion_logprobs, prompt_logprobs
 
 
 class LetterTokenizer:

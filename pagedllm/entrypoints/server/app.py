@@ -13,7 +13,7 @@ from pagedllm.entrypoints.server import DEFAULT_MAX_REQUEST_BYTES, chat, complet
 from pagedllm.entrypoints.server.auth import APIKeyAuth
 from pagedllm.entrypoints.server.body_limit import BodyLimit
 from pagedllm.entrypoints.server.errors import install_error_handlers
-from pagedllm.entrypoints.server.logprobs import TokenText
+from pagedllm.engine.token_text import TokenText
 from pagedllm.entrypoints.server.prompts import PromptProcessor
 from pagedllm.metrics import ServerMetrics
 

@@ -15,7 +15,8 @@ from pagedllm.entrypoints.protocol import CompletionRequest
 from pagedllm.entrypoints.server import limits, sse
 from pagedllm.entrypoints.server.deltas import ChoiceDelta, DeltaTracker
 from pagedllm.entrypoints.server.errors import from_abort, sse_error
-from pagedllm.entrypoints.server.logprobs import TokenText, completion_logprobs, prompt_logprobs
+from pagedllm.engine.token_text import TokenText
+from pagedllm.entrypoints.server.logprobs import completion_logprobs, prompt_logprobs
 from pagedllm.entrypoints.server.prompts import PromptProcessor
 from pagedllm.entrypoints.server.request_body import parse_body
 from pagedllm.entrypoints.server.submission import (Submission, check_capacity, check_model, submit,

@@ -2,56 +2,16 @@
 
 from __future__ import annotations
 
-import functools
 import itertools
-import re
 from typing import Any
 
 from pagedllm.engine.outputs import TokenLogprob
+from pagedllm.engine.token_text import TokenText
 
 
 def finite(logprob: float) -> float:
     """JSON has no -inf; a token the sampler could never pick gets a very low finite value."""
     return max(float(logprob), -9999.0)
-
-
-class TokenText:
-    """Token id -> its text, with a small cache (the same ids recur across top-k lists)."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self._tokenizer = tokenizer
-        self._cache: dict[int, str] = {}
-
-    def __call__(self, token_id: int) -> str:
-        text = self._cache.get(token_id)
-        if text is None:
-            text = self._tokenizer.decode([token_id])
-            if len(self._cache) < 65536:
-                self._cache[token_id] = text
-        return text
-
-    def bytes_of(self, token_id: int) -> list[int]:
-        """The token's own bytes (OpenAI's `bytes`, for joining characters split across tokens): its text's where
-        it reads whole, else its vocabulary piece's (a <0xNN> byte token, or a byte-level BPE piece's)."""
-        text = self(token_id)
-        if "\ufffd" not in text:
-            return list(text.encode("utf-8"))
-        piece = self._tokenizer.convert_ids_to_tokens(token_id)
-        if match := re.fullmatch(r"<0x([0-9A-Fa-f]{2})>", piece or ""):
-            return [int(match.group(1), 16)]
-        decoder = _byte_level_decoder()
-        if piece and all(char in decoder for char in piece):
-            return [decoder[char] for char in piece]
-        return list(text.encode("utf-8"))
-
-
-@functools.cache
-def _byte_level_decoder() -> dict[str, int]:
-    """GPT-2's byte-level BPE alphabet -> the byte each character stands for (printable bytes stand for
-    themselves, the others for the characters from U+0100 on)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    others = [b for b in range(256) if b not in printable]
-    return {chr(b): b for b in printable} | {chr(256 + i): b for i, b in enumerate(others)}
 
 
 def completion_logprobs(entries: list[TokenLogprob], text_of: TokenText, offset: int) -> dict[str, Any]:
