@@ -256,3 +256,35 @@ class ChatCompletionRequest(_SamplingFields):
         return {"add_generation_prompt": self.add_generation_prompt,
                 "continue_final_message": self.continue_final_message,
                 "template_kwargs": kwargs, "documents": self.documents}
+
+
+class TokenizeRequest(_Body):
+    """POST /tokenize: a prompt's ids as /v1/completions makes them, or messages' as /v1/chat/completions does."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_special_tokens: bool | None = None  # default: the tokenizer's BOS for a prompt, none for messages
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+    return_token_strs: bool = False
+
+    def check_input(self) -> None:
+        if (self.prompt is None) == (self.messages is None):
+            raise InvalidInputError("prompt or messages: give exactly one")
+
+    def template_messages(self) -> list[dict[str, Any]]:
+        return [m.as_template_dict() for m in self.messages or []]
+
+    def template_options(self) -> dict[str, Any]:
+        return {"add_generation_prompt": self.add_generation_prompt,
+                "continue_final_message": self.continue_final_message, "template_kwargs": self.chat_template_kwargs}
+
+
+class DetokenizeRequest(_Body):
+    """POST /detokenize: token ids back to text."""
+
+    model: str | None = None
+    tokens: list[int]
+

@@ -1,4 +1,4 @@
-"""Read-only endpoints: models, health, Prometheus metrics, the KV pool snapshot, the dashboard."""
+"""Read-only endpoints: models, health, version, Prometheus metrics, the KV pool snapshot, the dashboard."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
 
+from pagedllm import __version__
 from pagedllm.engine.async_engine import AsyncEngine
 from pagedllm.entrypoints.server.errors import model_not_found
 from pagedllm.metrics import CONTENT_TYPE
@@ -49,6 +50,11 @@ async def get_model(model_id: str, request: Request) -> dict[str, Any]:
 async def health(request: Request) -> JSONResponse:
     ok = request.app.state.engine.running
     return JSONResponse({"status": "ok" if ok else "engine stopped"}, status_code=200 if ok else 503)
+
+
+@read_only("/version")
+async def version() -> dict[str, str]:
+    return {"version": __version__}
 
 
 @read_only("/metrics")

@@ -58,6 +58,15 @@ class PromptProcessor:
 
         return await self._run(render)
 
+    async def decode(self, ids: list[int]) -> str:
+        """Token ids back to text (checked against the vocabulary)."""
+        limits.check_token_ids("tokens", ids, self.vocab_size)
+        return await self._run(lambda: self._tokenizer().decode(ids))
+
+    async def token_strings(self, ids: list[int]) -> list[str]:
+        """Each id's vocabulary piece (as the tokenizer spells it, e.g. "Ġthe")."""
+        return await self._run(lambda: list(self._tokenizer().convert_ids_to_tokens(ids)))
+
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
