@@ -45,6 +45,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logit_bias: dict[int, float] | None = None  # token id -> added to its logit before sampling, -100..100
+    allowed_token_ids: list[int] | None = None  # only these tokens may be sampled (logprobs stay the model's own)
     use_beam_search: bool = False
     beam_width: int | None = None  # defaults to n with beam search
     length_penalty: float = 1.0
@@ -58,6 +59,7 @@ class SamplingParams:
         self._check_sampling()
         self._check_penalties()
         self._check_logit_bias()
+        self._check_allowed_tokens()
         self._check_stops()
         self._check_beam()
 
@@ -73,6 +75,10 @@ class SamplingParams:
     @property
     def has_logit_bias(self) -> bool:
         return bool(self.logit_bias)
+
+    @property
+    def restricts_tokens(self) -> bool:
+        return self.allowed_token_ids is not None
 
     @property
     def has_penalties(self) -> bool:
@@ -152,6 +158,16 @@ class SamplingParams:
         _check(MIN_REPETITION_PENALTY <= self.repetition_penalty <= MAX_REPETITION_PENALTY, "repetition_penalty",
                f"must be in [{MIN_REPETITION_PENALTY:g}, {MAX_REPETITION_PENALTY:g}]", self.repetition_penalty)
 
+    def _check_allowed_tokens(self) -> None:
+        allowed = self.allowed_token_ids
+        if allowed is None:
+            return
+        _check(isinstance(allowed, (list, tuple)) and len(allowed) > 0, "allowed_token_ids",
+               "must be a non-empty list of token ids", allowed)
+        self.allowed_token_ids = list(allowed)
+        for t in self.allowed_token_ids:
+            _check(is_int(t) and t >= 0, "allowed_token_ids", "must contain integers >= 0", t)
+
     def _check_logit_bias(self) -> None:
         bias = self.logit_bias
         _check(bias is None or isinstance(bias, dict), "logit_bias", "must map token ids to numbers", bias)
@@ -193,6 +209,8 @@ class SamplingParams:
         _check(not self.stop, "stop", "(stop strings) is not supported with use_beam_search", self.stop)
         _check(self.logprobs is None, "logprobs", "is not supported with use_beam_search", self.logprobs)
         _check(not self.has_logit_bias, "logit_bias", "is not supported with use_beam_search", self.logit_bias)
+        _check(not self.restricts_tokens, "allowed_token_ids", "is not supported with use_beam_search",
+               self.allowed_token_ids)
         _check(not self.has_penalties, "presence_penalty/frequency_penalty/repetition_penalty",
                "must be off (0 / 0 / 1.0) with use_beam_search",
                (self.presence_penalty, self.frequency_penalty, self.repetition_penalty))

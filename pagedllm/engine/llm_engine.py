@@ -213,7 +213,8 @@ class LLMEngine:
     ) -> Request:
         width = params.beam_width if params.use_beam_search else params.n
         vocab = self.model_config.vocab_size
-        for name, ids in (("stop_token_ids", params.stop_token_ids), ("logit_bias", params.logit_bias or {})):
+        for name, ids in (("stop_token_ids", params.stop_token_ids), ("logit_bias", params.logit_bias or {}),
+                          ("allowed_token_ids", params.allowed_token_ids or [])):
             if outside := [t for t in ids if t >= vocab]:
                 raise InvalidInputError(f"{name} must name tokens below the vocabulary size {vocab}; got {outside[:3]}")
         return Request(

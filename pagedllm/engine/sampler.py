@@ -72,7 +72,7 @@ def sample(logits: torch.Tensor, rows: list[SamplingRow], eos_token_ids: set[int
     raw = logits = logits.float()
     log_z, picks = _log_normaliser(raw)  # [N, 1]: raw logprob = raw logit - log_z
     if any(changes_logits(r) for r in rows):
-        logits = apply_penalties(apply_logit_bias(logits.clone(), rows), rows)
+        logits = apply_penalties(apply_logit_bias(keep_allowed_tokens(logits.clone(), rows), rows), rows)
         mask_stop_tokens(logits, rows, eos_token_ids)
         picks = None  # the raw logits' argmax no longer holds
     tokens = torch.empty(len(rows), dtype=torch.long, device=logits.device)
@@ -104,9 +104,22 @@ def _log_normaliser(raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | Non
 
 
 def changes_logits(row: SamplingRow) -> bool:
-    """Whether the row's logits are changed before its pick: a logit bias, penalties, or stop tokens masked
-    (min_tokens)."""
-    return row.params.has_logit_bias or row.params.has_penalties or len(row.output_ids) < row.params.min_tokens
+    """Whether the row's logits are changed before its pick: allowed tokens, a logit bias, penalties, or stop
+    tokens masked (min_tokens)."""
+    params = row.params
+    return (params.restricts_tokens or params.has_logit_bias or params.has_penalties
+            or len(row.output_ids) < params.min_tokens)
+
+
+def keep_allowed_tokens(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
+    """Every token outside a row's allowed_token_ids gets -inf, in place."""
+    for i, row in enumerate(rows):
+        if row.params.restricts_tokens:
+            allowed = _index(row.params.allowed_token_ids, logits)
+            kept = logits[i, allowed]
+            logits[i].fill_(float("-inf"))
+            logits[i, allowed] = kept
+    return logits
 
 
 def apply_logit_bias(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:

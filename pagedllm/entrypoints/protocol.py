@@ -70,7 +70,7 @@ class _SamplingFields(_Body):
     guided_regex: Any = None
     guided_choice: Any = None
     guided_grammar: Any = None
-    allowed_token_ids: Any = None
+    allowed_token_ids: list[int] | None = None  # vLLM's: only these tokens may be sampled
     bad_words: Any = None
     logprob_token_ids: Any = None
     return_tokens_as_token_ids: Any = None
@@ -86,7 +86,7 @@ class _SamplingFields(_Body):
         for name, reason in {"use_beam_search": "beam search is offline only (LLM.generate)",
                              "structured_outputs": guided, "guided_json": guided, "guided_regex": guided,
                              "guided_choice": guided, "guided_grammar": guided,
-                             "allowed_token_ids": "use logit_bias", "bad_words": "not implemented",
+                             "bad_words": "not implemented",
                              "logprob_token_ids": "logprobs give the top-k only",
                              "return_tokens_as_token_ids": "not implemented", "return_token_ids": "not implemented",
                              **why}.items():
@@ -116,6 +116,7 @@ class _SamplingFields(_Body):
             "stop_token_ids": self.stop_token_ids or [], "ignore_eos": self.ignore_eos,
             "skip_special_tokens": self.skip_special_tokens,
             "include_stop_str_in_output": self.include_stop_str_in_output, "logit_bias": self._logit_bias(),
+            "allowed_token_ids": self.allowed_token_ids,
         }
         optional = ("temperature", "top_p", "top_k", "min_p", "presence_penalty",
                     "frequency_penalty", "repetition_penalty")

@@ -94,3 +94,19 @@ def test_a_script_sees_the_engines_startup_lines_and_can_stop_it(tiny_llama_dir)
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert "INFO pagedllm: KV pool: 64 blocks x 4 tokens" in run.stderr
+
+
+def test_allowed_token_ids_pick_the_likeliest_allowed_token(llm, hf_model):
+    prompt = random_prompts(1, seed=6, low=10, high=10)[0]
+    allowed = [11, 57, 123, 200]
+    params = SamplingParams(max_tokens=6, allowed_token_ids=allowed, logprobs=0, **GREEDY)
+    (out,) = llm.generate([prompt], params, use_tqdm=False)
+    ids = out.outputs[0].token_ids
+    with torch.no_grad():
+        logits = hf_model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1]
+    assert ids == [allowed[int(row[allowed].argmax())] for row in logits]
+    want = torch.log_softmax(logits.float(), dim=-1)  # the model's own logprobs, as with logit_bias
+    assert [e.logprob for e in out.outputs[0].logprobs] == pytest.approx([float(want[i, t]) for i, t in enumerate(ids)],
+                                                                         abs=1e-4)
+    with pytest.raises(InvalidInputError, match="allowed_token_ids must name tokens below the vocabulary size"):
+        llm.generate([prompt], SamplingParams(allowed_token_ids=[10**6]), use_tqdm=False)

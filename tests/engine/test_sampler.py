@@ -51,6 +51,22 @@ def test_logit_bias_moves_the_pick_but_not_the_reported_logprob():
         assert r.logprob == pytest.approx(float(raw[i, r.token_id]), abs=1e-6)
 
 
+def test_allowed_token_ids_bound_the_pick_but_not_the_reported_logprob():
+    logits = rand_logits(3, seed=5)
+    raw = torch.log_softmax(logits, -1)
+    allowed = [2, 9, 20]
+    rows = [row(SamplingParams(temperature=0, allowed_token_ids=allowed)),
+            row(SamplingParams(temperature=0)),  # untouched beside the others
+            row(SamplingParams(temperature=2.0, allowed_token_ids=allowed, logit_bias={9: -100.0}), make_generator(2))]
+    for _ in range(20):
+        results = sample(logits, rows, EOS)
+        assert results[0].token_id == allowed[int(logits[0, allowed].argmax())]
+        assert results[1].token_id == int(logits[1].argmax())
+        assert results[2].token_id in (2, 20)
+        for i, r in enumerate(results):
+            assert r.logprob == pytest.approx(float(raw[i, r.token_id]), abs=1e-6)
+
+
 def test_logprobs_ignore_temperature_and_none_when_not_asked():
     logits = rand_logits(2)
     rows = [row(SamplingParams(temperature=5.0, logprobs=0), make_generator(1)), row()]

@@ -84,6 +84,9 @@ def test_stop_ids_include_eos_unless_ignored():
         ({"logit_bias": {-1: 1.0}}, "logit_bias"), ({"logit_bias": {"5": 1.0}}, "logit_bias"),
         ({"logit_bias": {5: "1"}}, "logit_bias"), ({"logit_bias": [5]}, "logit_bias"),
         ({"prompt_logprobs": 21}, "prompt_logprobs"),
+        ({"allowed_token_ids": []}, "allowed_token_ids"), ({"allowed_token_ids": [-1]}, "allowed_token_ids"),
+        ({"allowed_token_ids": 5}, "allowed_token_ids"), ({"allowed_token_ids": [1.5]}, "allowed_token_ids"),
+        ({"use_beam_search": True, "temperature": 0, "allowed_token_ids": [5]}, "allowed_token_ids"),
     ],
 )
 def test_invalid_values_name_the_field(kwargs, field):

@@ -276,6 +276,7 @@ class FakeEngine:
     def _append(self, req: _Req, seq: _Seq, now: float) -> None:
         p, k = req.params, len(seq.generated)
         forced = [t for t, bias in (p.logit_bias or {}).items() if bias >= 100]  # what a +100 bias does to a model
+        forced += (p.allowed_token_ids or [])[:1]  # and what allowed tokens do: one of them
         token = forced[0] if forced else EOS if k >= NATURAL_LENGTH and not p.ignore_eos else \
             ord(SENTENCE[(req.offset + seq.index * 7 + k) % len(SENTENCE)])
         seq.generated.append(token)

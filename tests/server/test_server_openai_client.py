@@ -112,6 +112,13 @@ def test_logit_bias_forces_a_token(server: RunningServer) -> None:
     assert chat.choices[0].message.content == server.async_engine.tokenizer.decode([forced] * 2)
 
 
+def test_allowed_token_ids_bound_the_tokens(server: RunningServer) -> None:
+    client = sync_client(server)
+    r = client.completions.create(model=server.model, prompt="Hi", max_tokens=3,
+                                  extra_body={"ignore_eos": True, "allowed_token_ids": [72]})
+    assert r.choices[0].text == server.async_engine.tokenizer.decode([72] * 3)
+
+
 def test_completion_stop_string_ends_text(server: RunningServer) -> None:
     client = sync_client(server)
     free = client.completions.create(model=server.model, prompt="Go", max_tokens=20, temperature=0,

@@ -18,6 +18,7 @@ def check_sampling(params: SamplingParams, vocab_size: int) -> None:
     """Fields that name token ids or count them must stay within the vocabulary."""
     check_token_ids("stop_token_ids", params.stop_token_ids, vocab_size)
     check_token_ids("logit_bias", list(params.logit_bias or {}), vocab_size)
+    check_token_ids("allowed_token_ids", params.allowed_token_ids or [], vocab_size)
     if params.top_k > vocab_size:
         raise APIError(400, f"top_k must be at most the vocabulary size ({vocab_size}), got {params.top_k}",
                        param="top_k")
