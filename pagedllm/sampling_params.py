@@ -46,6 +46,7 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     logit_bias: dict[int, float] | None = None  # token id -> added to its logit before sampling, -100..100
     allowed_token_ids: list[int] | None = None  # only these tokens may be sampled (logprobs stay the model's own)
+    truncate_prompt_tokens: int | None = None  # keep the prompt's last N tokens (-1: max_model_len), as vLLM does
     use_beam_search: bool = False
     beam_width: int | None = None  # defaults to n with beam search
     length_penalty: float = 1.0
@@ -100,6 +101,16 @@ class SamplingParams:
         of any other (stop_token_ids, the model's other end tokens)."""
         return None if token == tokenizer_eos and not self.ignore_eos else token
 
+    def truncated_prompt(self, token_ids: list[int], max_model_len: int) -> list[int]:
+        """The prompt's ids cut to their last truncate_prompt_tokens, where set."""
+        keep = self.truncate_prompt_tokens
+        if keep is None:
+            return token_ids
+        keep = max_model_len if keep == -1 else keep
+        _check(keep <= max_model_len, "truncate_prompt_tokens", f"must be -1 or in [1, max_model_len={max_model_len}]",
+               self.truncate_prompt_tokens)
+        return token_ids[-keep:]
+
     def _normalize(self) -> None:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
@@ -137,6 +148,9 @@ class SamplingParams:
                    f"must be <= max_tokens ({mt})", self.min_tokens)
         _check(self.seed is None or is_int(self.seed), "seed",
                "must be an integer or None", self.seed)
+        keep = self.truncate_prompt_tokens
+        _check(keep is None or (is_int(keep) and (keep == -1 or keep >= 1)), "truncate_prompt_tokens",
+               "must be -1 or an integer >= 1", keep)
         for name in ("logprobs", "prompt_logprobs"):
             lp = getattr(self, name)
             _check(lp is None or (is_int(lp) and 0 <= lp <= MAX_LOGPROBS), name,

@@ -128,7 +128,9 @@ class LLMEngine:
         if request_id in self.requests:
             raise InvalidInputError(f"request id {request_id!r} is already in use")
         text, token_ids = self._tokenize(prompt)
-        request = self._new_request(request_id, text or prompt_text, token_ids, params, cache_salt)
+        kept = params.truncated_prompt(token_ids, self.max_model_len)
+        text = (text or prompt_text) if len(kept) == len(token_ids) else None  # a cut prompt's text is not its ids'
+        request = self._new_request(request_id, text, kept, params, cache_salt)
         if arrival_time is not None:
             request.metrics.arrival_time = arrival_time
         self.scheduler.add(request, self.output_stage.start(request))

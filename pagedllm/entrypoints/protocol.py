@@ -96,18 +96,6 @@ class _SamplingFields(_Body):
             raise InvalidInputError("response_format other than {'type': 'text'} is not supported (structured "
                                     "output is not implemented)")
 
-    def truncated(self, ids: list[int], max_model_len: int) -> list[int]:
-        """The prompt's ids, cut to their last truncate_prompt_tokens where the request asks (as vLLM does)."""
-        keep = self.truncate_prompt_tokens
-        if keep is None:
-            return ids
-        if keep == -1:
-            keep = max_model_len
-        if not 1 <= keep <= max_model_len:
-            raise InvalidInputError(f"truncate_prompt_tokens must be -1 or in [1, max_model_len={max_model_len}], "
-                                    f"got {self.truncate_prompt_tokens}")
-        return ids[-keep:]
-
     def _sampling_kwargs(self, defaults: dict[str, Any]) -> dict[str, Any]:
         """The request's sampling fields; where it leaves one out, the model's default (generation_config.json)
         if it has one, else SamplingParams'."""
@@ -116,7 +104,7 @@ class _SamplingFields(_Body):
             "stop_token_ids": self.stop_token_ids or [], "ignore_eos": self.ignore_eos,
             "skip_special_tokens": self.skip_special_tokens,
             "include_stop_str_in_output": self.include_stop_str_in_output, "logit_bias": self._logit_bias(),
-            "allowed_token_ids": self.allowed_token_ids,
+            "allowed_token_ids": self.allowed_token_ids, "truncate_prompt_tokens": self.truncate_prompt_tokens,
         }
         optional = ("temperature", "top_p", "top_k", "min_p", "presence_penalty",
                     "frequency_penalty", "repetition_penalty")

@@ -110,3 +110,19 @@ def test_allowed_token_ids_pick_the_likeliest_allowed_token(llm, hf_model):
                                                                          abs=1e-4)
     with pytest.raises(InvalidInputError, match="allowed_token_ids must name tokens below the vocabulary size"):
         llm.generate([prompt], SamplingParams(allowed_token_ids=[10**6]), use_tqdm=False)
+
+
+def test_truncate_prompt_tokens_keeps_the_prompts_last_tokens(llm):
+    ids = random_prompts(1, seed=7, low=30, high=30)[0]
+    plain = SamplingParams(max_tokens=3, **GREEDY)
+    cut = SamplingParams(max_tokens=3, truncate_prompt_tokens=5, **GREEDY)
+    (short,), (truncated,) = llm.generate([ids[-5:]], plain, use_tqdm=False), llm.generate([ids], cut, use_tqdm=False)
+    assert truncated.prompt_token_ids == ids[-5:] and truncated.outputs[0].token_ids == short.outputs[0].token_ids
+    (text,) = llm.generate("a prompt of several words", cut, use_tqdm=False)
+    assert text.prompt is None and len(text.prompt_token_ids) == 5  # the text no longer matches the ids
+    (whole,) = llm.generate("hi", cut, use_tqdm=False)
+    assert whole.prompt == "hi"  # nothing cut
+    past = SamplingParams(truncate_prompt_tokens=llm.engine.max_model_len + 1)
+    with pytest.raises(InvalidInputError, match="truncate_prompt_tokens must be -1 or in"):
+        llm.generate([ids], past, use_tqdm=False)
+    assert llm.engine.requests == {}

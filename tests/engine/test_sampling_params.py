@@ -84,6 +84,8 @@ def test_stop_ids_include_eos_unless_ignored():
         ({"logit_bias": {-1: 1.0}}, "logit_bias"), ({"logit_bias": {"5": 1.0}}, "logit_bias"),
         ({"logit_bias": {5: "1"}}, "logit_bias"), ({"logit_bias": [5]}, "logit_bias"),
         ({"prompt_logprobs": 21}, "prompt_logprobs"),
+        ({"truncate_prompt_tokens": 0}, "truncate_prompt_tokens"), ({"truncate_prompt_tokens": -2}, "truncate_prompt_tokens"),
+        ({"truncate_prompt_tokens": 2.0}, "truncate_prompt_tokens"),
         ({"allowed_token_ids": []}, "allowed_token_ids"), ({"allowed_token_ids": [-1]}, "allowed_token_ids"),
         ({"allowed_token_ids": 5}, "allowed_token_ids"), ({"allowed_token_ids": [1.5]}, "allowed_token_ids"),
         ({"use_beam_search": True, "temperature": 0, "allowed_token_ids": [5]}, "allowed_token_ids"),

@@ -47,7 +47,7 @@ async def _prompt_ids(processor: PromptProcessor, max_model_len: int, body: Chat
     """The templated, tokenized messages (off the engine thread), checked against the context length."""
     limits.check_sampling(params, processor.vocab_size)
     ids = await processor.chat_prompt(body.template_messages(), body.template_options(), bool(body.add_special_tokens))
-    ids = body.truncated(ids, max_model_len)
+    ids = params.truncated_prompt(ids, max_model_len)
     limits.check_prompt_length(len(ids), "messages", max_model_len)
     # the request's own value only: the model's default (generation_config.json), like none, is shortened by the
     # engine to what the context leaves

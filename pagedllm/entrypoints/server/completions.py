@@ -49,7 +49,7 @@ async def _prompt_ids(processor: PromptProcessor, max_model_len: int, body: Comp
     limits.check_sampling(params, processor.vocab_size)
     special = body.add_special_tokens is not False  # the default for a text prompt: yes
     prompts = await processor.completion_prompts(body.prompts(), add_special_tokens=special)
-    prompts = [body.truncated(ids, max_model_len) for ids in prompts]
+    prompts = [params.truncated_prompt(ids, max_model_len) for ids in prompts]
     # max_tokens left out defaults to 16, which the engine shortens to what the context leaves.
     asked = body.max_tokens if "max_tokens" in body.model_fields_set else None
     for ids in prompts:
