@@ -53,6 +53,7 @@ class SamplingParams:
     early_stopping: EarlyStopping = False
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
+    detokenize: bool = True  # False: token ids only, no text (nor stop strings), as vLLM's
 
     def __post_init__(self) -> None:
         self._normalize()
@@ -122,7 +123,8 @@ class SamplingParams:
         ids = self.stop_token_ids
         _check(ids is None or isinstance(ids, (list, tuple)), "stop_token_ids", "must be a list of integers", ids)
         self.stop_token_ids = [] if ids is None else list(ids)
-        for name in ("ignore_eos", "use_beam_search", "skip_special_tokens", "include_stop_str_in_output"):
+        for name in ("ignore_eos", "use_beam_search", "skip_special_tokens", "include_stop_str_in_output",
+                     "detokenize"):
             _check(isinstance(getattr(self, name), bool), name, "must be True or False", getattr(self, name))
         if self.top_k == -1:
             self.top_k = 0
@@ -191,6 +193,7 @@ class SamplingParams:
                    "logit_bias", f"values must be numbers in [-{MAX_LOGIT_BIAS}, {MAX_LOGIT_BIAS}]", value)
 
     def _check_stops(self) -> None:
+        _check(self.detokenize or not self.stop, "stop", "(stop strings) needs detokenize=True", self.stop)
         for s in self.stop:
             _check(isinstance(s, str) and s != "", "stop", "must contain non-empty strings", s)
         for t in self.stop_token_ids:

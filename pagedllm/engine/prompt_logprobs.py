@@ -38,7 +38,8 @@ def record_prompt_logprobs(scheduled: list[ScheduledSeq], rows: list[range], log
         positions = range(s.num_cached + offsets.start, s.num_cached + offsets.stop)
         targets = request.prompt_token_ids[positions.start + 1 : positions.stop + 1]
         full = logits.rows(list(range(row, row + len(offsets))))
-        request.prompt_logprobs.extend(token_logprobs(full, targets, request.params.prompt_logprobs, text_of))
+        shown = text_of if request.params.detokenize else None
+        request.prompt_logprobs.extend(token_logprobs(full, targets, request.params.prompt_logprobs, shown))
         row += len(offsets)
 
 

@@ -22,9 +22,16 @@ def detokenize(outcome: StepOutcome, tokenizer: Tokenizer, text_of: Callable[[in
 def _add_token(token: SampledToken, text_of: Callable[[int], str] | None) -> None:
     completion = token.completion
     completion.cumulative_logprob += token.logprob
+    detokenize = token.request.params.detokenize
     if completion.logprobs is not None:
         completion.logprobs.append(TokenLogprob(token.token_id, token.logprob, token.top_logprobs or {}, token.rank,
-                                                text_of))
+                                                text_of if detokenize else None))
+    if detokenize:
+        _add_text(token)
+
+
+def _add_text(token: SampledToken) -> None:
+    completion = token.completion
     detokenizer = completion.detokenizer
     completion.add_text(detokenizer.append(token.token_id))
     if token.finish_reason is not None or detokenizer.stop_reason is not None:
@@ -42,7 +49,8 @@ def _beam_outputs(choice: BeamChoice, tokenizer: Tokenizer) -> list[CompletionOu
         stopped = hypothesis.finish_reason == "stop"
         # as a sampled sequence ends: the stop token's text only with include_stop_str_in_output
         shown = ids[:-1] if stopped and not params.include_stop_str_in_output else ids
-        text = decode_after(tokenizer, choice.request.prompt_token_ids, shown, params.skip_special_tokens)
+        text = decode_after(tokenizer, choice.request.prompt_token_ids, shown, params.skip_special_tokens) \
+            if params.detokenize else ""
         stop_reason = params.stop_reason(ids[-1], getattr(tokenizer, "eos_token_id", None)) if stopped else None
         outputs.append(CompletionOutput(
             index=i, text=text, token_ids=ids, logprobs=None, finish_reason=hypothesis.finish_reason,

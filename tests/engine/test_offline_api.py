@@ -126,3 +126,20 @@ def test_truncate_prompt_tokens_keeps_the_prompts_last_tokens(llm):
     with pytest.raises(InvalidInputError, match="truncate_prompt_tokens must be -1 or in"):
         llm.generate([ids], past, use_tqdm=False)
     assert llm.engine.requests == {}
+
+
+def test_detokenize_false_gives_the_same_tokens_and_no_text(llm):
+    ids = random_prompts(1, seed=8, low=8, high=8)[0]
+    kinds = [dict(**GREEDY, logprobs=2, prompt_logprobs=1), dict(n=2, temperature=1.0, seed=4, ignore_eos=True),
+             dict(use_beam_search=True, n=2, temperature=0.0)]
+    for kind in kinds:
+        (text,) = llm.generate([ids], SamplingParams(max_tokens=5, **kind), use_tqdm=False)
+        (bare,) = llm.generate([ids], SamplingParams(max_tokens=5, detokenize=False, **kind), use_tqdm=False)
+        assert [c.token_ids for c in bare.outputs] == [c.token_ids for c in text.outputs]
+        assert all(c.text == "" for c in bare.outputs) and any(c.text for c in text.outputs)
+    assert bare.outputs[0].finished()
+    (bare,) = llm.generate([ids], SamplingParams(max_tokens=2, detokenize=False, **kinds[0]), use_tqdm=False)
+    entry = bare.outputs[0].logprobs[0]
+    assert entry[entry.token_id].decoded_token is None and bare.prompt_logprobs[1][ids[1]].decoded_token is None
+    with pytest.raises(InvalidInputError, match="needs detokenize=True"):
+        SamplingParams(stop=["x"], detokenize=False)

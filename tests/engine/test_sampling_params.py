@@ -84,6 +84,7 @@ def test_stop_ids_include_eos_unless_ignored():
         ({"logit_bias": {-1: 1.0}}, "logit_bias"), ({"logit_bias": {"5": 1.0}}, "logit_bias"),
         ({"logit_bias": {5: "1"}}, "logit_bias"), ({"logit_bias": [5]}, "logit_bias"),
         ({"prompt_logprobs": 21}, "prompt_logprobs"),
+        ({"detokenize": 0}, "detokenize"), ({"detokenize": False, "stop": ["."]}, "stop"),
         ({"truncate_prompt_tokens": 0}, "truncate_prompt_tokens"), ({"truncate_prompt_tokens": -2}, "truncate_prompt_tokens"),
         ({"truncate_prompt_tokens": 2.0}, "truncate_prompt_tokens"),
         ({"allowed_token_ids": []}, "allowed_token_ids"), ({"allowed_token_ids": [-1]}, "allowed_token_ids"),
