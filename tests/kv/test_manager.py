@@ -326,3 +326,33 @@ def test_undoing_an_admission_takes_its_lookup_back_from_the_counters():
     m.check_invariants()
     assert (after.prefix_queries_tokens, after.prefix_hits_tokens, after.used) == (
         before.prefix_queries_tokens, before.prefix_hits_tokens, 0)
+
+
+def test_a_hit_block_recached_under_another_parent_is_stale():
+    """Block 1 of the hit is evicted and cached again for the same tokens after another first block: its key's
+    parent no longer chains to the hit's block 0, so the hit is refused (guards the parent in key_matches)."""
+    m = KVCacheManager(3, 2)
+    m.allocate("a", [1, 2, 3, 4, 5], 5)  # blocks 0 [1, 2], 1 [3, 4], 2 [5]
+    m.free("a")  # tail first: the free queue is 2, 1, 0
+    hit = m.lookup_prefix([1, 2, 3, 4, 5])
+    assert hit.blocks == [0, 1]
+    m.allocate("x", [9, 9, 3, 4], 4)  # pops 2 and 1: block 1 now holds [3, 4] after [9, 9]
+    m.free("x")
+    assert m.allocate("y", [1, 2, 3, 4, 5], 1, hit) is None
+    m.check_invariants()
+
+
+def test_a_hit_block_recached_under_another_salt_is_stale():
+    """Block 0 of the hit is evicted and cached again for the same tokens with a cache salt: not the hit's
+    tenant's, so the hit is refused (guards the extra keys in key_matches)."""
+    m = KVCacheManager(2, 2)
+    m.allocate("a", [1, 2, 3], 3)  # blocks 0 [1, 2], 1 [3]
+    m.free("a")  # the free queue is 1, 0
+    hit = m.lookup_prefix([1, 2, 3])
+    assert hit.blocks == [0]
+    m.allocate("z", [8], 1)  # pops block 1
+    m.allocate("x", [1, 2], 2, extra_keys=("salt", "s"))  # pops block 0: [1, 2] under the salt
+    m.free("z")
+    m.free("x")
+    assert m.allocate("y", [1, 2, 3], 1, hit) is None
+    m.check_invariants()
