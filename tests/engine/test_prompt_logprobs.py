@@ -62,8 +62,9 @@ def test_a_cached_prefix_still_gets_every_prompt_logprob(tiny_llama_dir, hf_mode
     assert again.metrics.num_cached_prompt_tokens == 36  # and left its blocks in the cache for others
 
 
-def test_a_recomputed_prompt_adds_no_second_entry(tiny_llama_dir, hf_model):
-    engine = make_engine(tiny_llama_dir, num_blocks=12, max_num_batched_tokens=9)
+@pytest.mark.parametrize("budget", [9, 5])  # chunks that end mid-block either way
+def test_a_recomputed_prompt_adds_no_second_entry(tiny_llama_dir, hf_model, budget):
+    engine = make_engine(tiny_llama_dir, num_blocks=12, max_num_batched_tokens=budget)
     short, long = random_prompts(1, seed=0, low=4, high=4)[0], random_prompts(1, seed=1, low=40, high=40)[0]
     params = [SamplingParams(max_tokens=30, **GREEDY), SamplingParams(max_tokens=2, prompt_logprobs=K, **GREEDY)]
     outputs = run_all(engine, [short, long], params)

@@ -129,3 +129,21 @@ def test_a_width_of_exactly_max_n_is_accepted():
     assert sched.check_request(3, 4, 5) > 0
     with pytest.raises(InvalidInputError, match="max_n"):
         sched.check_request(3, 5, 5)
+
+
+def test_a_request_owed_prompt_logprobs_takes_only_the_cached_blocks_it_has_them_for():
+    """The prompt's blocks are cached by another request; one that asked for prompt logprobs and has them for
+    5 positions (a preempted one) takes 1 block of 4 from the cache, not 2 (guards the floor in
+    _cacheable_prefix: position 5's logprob would be missing)."""
+    from pagedllm.engine.outputs import TokenLogprob
+
+    sched = real_scheduler(16)
+    owner = request("a", 12, 0.0)
+    sched.add(owner, Completion(0, None, None))
+    out = sched.schedule()
+    sched.update(out, sampled(out, finish=("a",)))
+    owed = request("b", 12, 1.0, prompt_logprobs=1)
+    owed.prompt_logprobs = [None] + [TokenLogprob(t, -1.0, {}) for t in owed.prompt_token_ids[1:6]]
+    sched.add(owed, Completion(0, None, None))
+    (scheduled,) = sched.schedule().scheduled
+    assert scheduled.num_cached == 4 and scheduled.num_new_tokens == 8
