@@ -272,6 +272,8 @@ def test_stale_prefix_hit_returns_none_without_mutation():
         m.allocate("c", [1, 2, 3], 1, PrefixHit([7], 2))
     with pytest.raises(InvalidInputError, match="outside the pool"):
         m.allocate("c", [1, 2, 3], 1, PrefixHit([-1], 2))
+    with pytest.raises(InvalidInputError, match="outside the pool"):
+        m.allocate("c", [1, 2, 3], 1, PrefixHit([m.num_blocks], 2))  # one past the last block
     assert m.lookup_prefix([5, 5, 5, 5, 1]).blocks == [1, 0]
     fresh = m.lookup_prefix([5, 5, 1])
     assert fresh.blocks == [1] and m.allocate("c", [5, 5, 1], 1, fresh) == Allocation([0], [])
