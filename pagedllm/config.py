@@ -1,5 +1,6 @@
 """Engine configuration, validated once at construction."""
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -8,6 +9,7 @@ from pagedllm.checks import is_int
 from pagedllm.errors import InvalidInputError
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B)?\s*$", re.IGNORECASE)
+_NUMBER = re.compile(r"^\s*\d+(?:\.\d+)?\s*$")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -53,9 +55,9 @@ class EngineConfig:
     preemption_mode: str = option(
         "recompute", "what a preempted sequence's K/V become: recomputed later, or swapped out", PREEMPTION_MODES
     )
-    swap_space: str | int = option(
-        "4GiB", "with --preemption-mode swap: the most memory swapped-out K/V may take (per rank); a sequence "
-        "preempted past it is recomputed instead"
+    swap_space: str | float = option(
+        "4GiB", "with --preemption-mode swap: the most memory swapped-out K/V may take, per rank: GiB as a plain "
+        "number (as vLLM's), or a size such as 512MiB; a sequence preempted past it is recomputed instead"
     )
     allocator: str = option(
         "paged", "contiguous: admit a request only with a max-length contiguous reservation (the baseline)", ALLOCATORS
@@ -73,6 +75,19 @@ class EngineConfig:
         1, "ranks that each hold a slice of every layer (gloo on the CPU); >1 starts the workers, or runs under torchrun"
     )
 
+    @property
+    def swap_space_bytes(self) -> int:
+        """swap_space in bytes: a plain number counts GiB, as vLLM's swap_space does (0: every preemption
+        recomputes)."""
+        value = self.swap_space
+        if isinstance(value, str) and _NUMBER.match(value):
+            value = float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value) or value < 0:
+                raise InvalidInputError(f"swap_space must be a number of GiB >= 0 or a size, got {self.swap_space!r}")
+            return int(value * 2**30)
+        return _memory_size("swap_space", value)
+
     def __post_init__(self) -> None:
         _require_choice("dtype", self.dtype, DTYPES)
         _require_positive("block_size", self.block_size)
@@ -86,8 +101,7 @@ class EngineConfig:
             _require_positive("max_model_len", self.max_model_len)
         if _memory_size("kv_cache_memory", self.kv_cache_memory) <= 0:
             raise InvalidInputError("kv_cache_memory must be positive")
-        if _memory_size("swap_space", self.swap_space) < 0:  # 0 is allowed: every preemption recomputes
-            raise InvalidInputError("swap_space must be >= 0")
+        self.swap_space_bytes  # a bad value is refused here, not at the first preemption
         _require_choice("allocator", self.allocator, ALLOCATORS)
         _require_choice("preemption_mode", self.preemption_mode, PREEMPTION_MODES)
         _require_device_name(self.device)

@@ -55,12 +55,18 @@ def test_readme_engine_option_table_matches_the_config():
                                      dict(kv_cache_memory=1.5e9), dict(kv_cache_memory=None),
                                      dict(enable_prefix_caching="no"), dict(enforce_eager="no"), dict(seed=2**64),
                                      dict(seed=-(2**63) - 1), dict(model=123), dict(model=""),
-                                     dict(served_model_name=5), dict(served_model_name=" ")],
+                                     dict(served_model_name=5), dict(served_model_name=" "), dict(swap_space=-1),
+                                     dict(swap_space="lots"), dict(swap_space=float("inf"))],
                          ids=lambda options: f"{next(iter(options))}={next(iter(options.values()))!r}")
 def test_a_value_of_the_wrong_type_names_its_field_before_anything_loads(options):
     field = next(iter(options))
-    with pytest.raises(InvalidInputError, match=field if field != "kv_cache_memory" else "memory size"):
+    with pytest.raises(InvalidInputError, match=field):
         EngineConfig(**options)
+
+
+@pytest.mark.parametrize("value,size", [("4GiB", 4 << 30), (4, 4 << 30), ("0.5", 1 << 29), ("512MiB", 1 << 29), (0, 0)])
+def test_swap_space_counts_gib_as_vllm_does_or_takes_a_size(value, size):
+    assert EngineConfig(swap_space=value).swap_space_bytes == size
 
 
 def test_a_model_path_may_be_a_path_object(tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pagedllm.checks import is_int
-from pagedllm.config import EngineConfig, parse_memory_size
+from pagedllm.config import EngineConfig
 from pagedllm.engine.device import resolve_device
 from pagedllm.engine.kv_snapshot import kv_snapshot
 from pagedllm.engine.executor import Executor, LocalExecutor
@@ -99,7 +99,7 @@ class LLMEngine:
         self.kv = KVCacheManager(self.runner.num_blocks, config.block_size, sharing)
         self.swap_space = self.executor.swap_space
         token_bytes = block_bytes(self.runner.config, config.block_size, self.dtype) // config.block_size
-        swap_tokens = parse_memory_size(config.swap_space) // token_bytes
+        swap_tokens = config.swap_space_bytes // token_bytes
         self.scheduler = Scheduler(config, self.kv, self.max_model_len, self.swap_space, swap_tokens)
         self.eos_token_ids = _eos_ids(self.model_config, self.tokenizer)
         self.sampling_defaults = _sampling_defaults(self.model_config.sampling_defaults, path)

@@ -33,6 +33,11 @@ class TokenLogprob(Mapping[int, Logprob]):
             raise KeyError(token_id)
         return Logprob(value, rank, self.text_of(token_id) if self.text_of is not None else None)
 
+    def __reduce__(self) -> tuple:
+        """Pickled and copied with its tokens' texts, not with the tokenizer that gives them."""
+        texts = None if self.text_of is None else {token: self.text_of(token) for token in self}
+        return TokenLogprob, (self.token_id, self.logprob, self.top, self.rank, None if texts is None else texts.get)
+
     def __iter__(self) -> Iterator[int]:
         yield self.token_id
         yield from (token for token in self.top if token != self.token_id)

@@ -6,6 +6,9 @@ import re
 from typing import Any
 
 
+SPACE_MARKER = "\u2581"  # SentencePiece's "▁": a word's leading space in its vocabulary pieces
+
+
 class TokenText:
     """Token id -> its text, with a small cache (the same ids recur across top-k lists)."""
 
@@ -16,10 +19,19 @@ class TokenText:
     def __call__(self, token_id: int) -> str:
         text = self._cache.get(token_id)
         if text is None:
-            text = self._tokenizer.decode([token_id])
+            text = self._decode(token_id)
             if len(self._cache) < 65536:
                 self._cache[token_id] = text
         return text
+
+    def _decode(self, token_id: int) -> str:
+        """The token decoded alone, with the leading spaces a SentencePiece decoder strips from a text's start
+        given back (a word's piece "▁the" reads " the" inside a text, as vLLM shows it too)."""
+        text = self._tokenizer.decode([token_id])
+        piece = self._tokenizer.convert_ids_to_tokens(token_id) or ""
+        markers = len(piece) - len(piece.lstrip(SPACE_MARKER))
+        missing = markers - (len(text) - len(text.lstrip(" ")))
+        return " " * missing + text if missing > 0 else text
 
     def bytes_of(self, token_id: int) -> list[int]:
         """The token's own bytes (OpenAI's `bytes`, for joining characters split across tokens): its text's where

@@ -43,7 +43,8 @@ class LLM:
         self.engine = LLMEngine(EngineConfig(model=model, **engine_options))
 
     def shutdown(self) -> None:
-        """Stop the engine now (a tensor-parallel one's workers with it); it is also stopped at exit."""
+        """Stop a tensor-parallel engine's workers now (they also stop at exit), so that another may start; a
+        one-process engine holds nothing to stop and keeps working."""
         self.engine.shutdown()
 
     @property

@@ -187,31 +187,55 @@ class ChatMessage(_Body):
         return message
 
 
-class ChatCompletionRequest(_SamplingFields):
-    messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    logprobs: bool = False
-    top_logprobs: int | None = None
-    tools: list[dict[str, Any]] | None = None
-    functions: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None  # only "none" / "auto": there are no tools
-    function_call: str | dict[str, Any] | None = None
+class _TemplateFields(_Body):
+    """How a request's messages go through the model's chat template (chat completions and /tokenize alike)."""
+
+    messages: list[ChatMessage] | None = None
+    tools: list[dict[str, Any]] | None = None  # refused: there is no function calling
     documents: list[dict[str, Any]] | None = None  # to the chat template, as vLLM passes them
     reasoning_effort: str | None = None  # to the chat template
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
     chat_template: str | None = None  # refused: the model's own template only
+
+    def check_template_fields(self) -> None:
+        if self.chat_template is not None:
+            raise InvalidInputError("chat_template is not supported: the model's own template is used")
+        if self.tools:
+            raise InvalidInputError("tools (function calling) are not supported")
+
+    def template_messages(self) -> list[dict[str, Any]]:
+        return [m.as_template_dict() for m in self.messages or []]
+
+    def template_options(self) -> dict[str, Any]:
+        """How the template renders the messages (pagedllm.model.chat_template.render_chat's options)."""
+        kwargs = self.chat_template_kwargs
+        if self.reasoning_effort is not None:
+            kwargs = {**(kwargs or {}), "reasoning_effort": self.reasoning_effort}
+        return {"add_generation_prompt": self.add_generation_prompt,
+                "continue_final_message": self.continue_final_message,
+                "template_kwargs": kwargs, "documents": self.documents}
+
+
+class ChatCompletionRequest(_SamplingFields, _TemplateFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    functions: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None  # only "none" / "auto": there are no tools
+    function_call: str | dict[str, Any] | None = None
     echo: bool | None = None  # refused
 
     def to_sampling_params(self, defaults: dict[str, Any] | None = None) -> SamplingParams:
         """defaults: the model's sampling defaults (LLMEngine.sampling_defaults), its max_tokens included."""
         defaults = defaults or {}
-        self._refuse_unsupported(chat_template="the model's own template is used", echo="not for chat",
-                                 prompt_logprobs="use /v1/completions with echo and logprobs")
-        if self.tools or self.functions:
-            raise InvalidInputError(f"{'tools' if self.tools else 'functions'} (function calling) are not supported")
+        self._refuse_unsupported(echo="not for chat", prompt_logprobs="use /v1/completions with echo and logprobs")
+        self.check_template_fields()
+        if self.functions:
+            raise InvalidInputError("functions (function calling) are not supported")
         for name in ("tool_choice", "function_call"):
             if getattr(self, name) not in (None, "none", "auto"):
                 raise InvalidInputError(f"{name} {getattr(self, name)!r} is not supported: there are no tools")
@@ -234,41 +258,20 @@ class ChatCompletionRequest(_SamplingFields):
             return self.max_completion_tokens, "max_completion_tokens"
         return self.max_tokens, "max_tokens"
 
-    def template_messages(self) -> list[dict[str, Any]]:
-        return [m.as_template_dict() for m in self.messages]
-
-    def template_options(self) -> dict[str, Any]:
-        """How the template renders the messages (pagedllm.model.chat_template.render_chat's options)."""
-        kwargs = self.chat_template_kwargs
-        if self.reasoning_effort is not None:
-            kwargs = {**(kwargs or {}), "reasoning_effort": self.reasoning_effort}
-        return {"add_generation_prompt": self.add_generation_prompt,
-                "continue_final_message": self.continue_final_message,
-                "template_kwargs": kwargs, "documents": self.documents}
 
 
-class TokenizeRequest(_Body):
+class TokenizeRequest(_TemplateFields):
     """POST /tokenize: a prompt's ids as /v1/completions makes them, or messages' as /v1/chat/completions does."""
 
     model: str | None = None
     prompt: str | None = None
-    messages: list[ChatMessage] | None = None
     add_special_tokens: bool | None = None  # default: the tokenizer's BOS for a prompt, none for messages
-    add_generation_prompt: bool = True
-    continue_final_message: bool = False
-    chat_template_kwargs: dict[str, Any] | None = None
     return_token_strs: bool = False
 
     def check_input(self) -> None:
         if (self.prompt is None) == (self.messages is None):
             raise InvalidInputError("prompt or messages: give exactly one")
-
-    def template_messages(self) -> list[dict[str, Any]]:
-        return [m.as_template_dict() for m in self.messages or []]
-
-    def template_options(self) -> dict[str, Any]:
-        return {"add_generation_prompt": self.add_generation_prompt,
-                "continue_final_message": self.continue_final_message, "template_kwargs": self.chat_template_kwargs}
+        self.check_template_fields()
 
 
 class DetokenizeRequest(_Body):

@@ -143,3 +143,15 @@ def test_detokenize_false_gives_the_same_tokens_and_no_text(llm):
     assert entry[entry.token_id].decoded_token is None and bare.prompt_logprobs[1][ids[1]].decoded_token is None
     with pytest.raises(InvalidInputError, match="needs detokenize=True"):
         SamplingParams(stop=["x"], detokenize=False)
+
+
+def test_outputs_pickle_with_their_tokens_texts_not_the_tokenizer(llm):
+    import copy
+    import pickle
+
+    (out,) = llm.generate(["hello"], SamplingParams(max_tokens=3, logprobs=2, **GREEDY), use_tqdm=False)
+    data = pickle.dumps(out)
+    assert len(data) < 20_000  # the tokenizer alone pickles to far more
+    for again in (pickle.loads(data), copy.deepcopy(out)):
+        entries, originals = again.outputs[0].logprobs, out.outputs[0].logprobs
+        assert [dict(e) for e in entries] == [dict(e) for e in originals]  # decoded_token included

@@ -32,8 +32,10 @@ class FakeTokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
 
-    def convert_ids_to_tokens(self, ids: list[int]) -> list[str]:
-        return [chr(i) if i < 256 else "<eos>" for i in ids]
+    def convert_ids_to_tokens(self, ids: int | list[int]) -> str | list[str]:
+        if isinstance(ids, int):
+            return chr(ids) if ids < 256 else "<eos>"
+        return [self.convert_ids_to_tokens(i) for i in ids]
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
                             tokenize: bool = True, continue_final_message: bool = False) -> list[int] | str:

@@ -9,6 +9,9 @@ class LetterTokenizer:
     def decode(self, ids: list[int]) -> str:
         return "".join(chr(ord("a") + i) for i in ids)
 
+    def convert_ids_to_tokens(self, token_id: int) -> str:
+        return self.decode([token_id])
+
 
 def test_completion_top_logprobs_add_the_sampled_token_when_it_is_not_among_them() -> None:
     entries = [
@@ -24,7 +27,7 @@ def test_completion_top_logprobs_add_the_sampled_token_when_it_is_not_among_them
 
 
 def test_alternatives_that_read_the_same_keep_the_likeliest() -> None:
-    class Replacement:
+    class Replacement(LetterTokenizer):
         def decode(self, ids: list[int]) -> str:
             return "\ufffd" if ids[0] >= 10 else "x"
 
@@ -70,3 +73,15 @@ def test_a_sentencepiece_byte_tokens_bytes_are_its_byte() -> None:
 
     (item,) = chat_logprobs([TokenLogprob(token_id=0xF0, logprob=-1.0, top={})], TokenText(ByteTokens()))["content"]
     assert item["bytes"] == [0xF0]
+
+
+def test_a_sentencepiece_tokens_text_keeps_its_leading_space():
+    """decode([id]) strips the space a "▁" piece stands for at a text's start; inside a text it is there."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "▁": 1, "▁quick": 2, "▁▁x": 3, "fox": 4}
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.Strip(" ", 1, 0)])
+    text_of = TokenText(PreTrainedTokenizerFast(tokenizer_object=backend))
+    assert [text_of(t) for t in (1, 2, 3, 4)] == [" ", " quick", "  x", "fox"]

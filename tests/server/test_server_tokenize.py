@@ -46,6 +46,8 @@ def test_detokenize_gives_back_the_text(http: httpx.Client) -> None:
     ("/tokenize", {"prompt": "x", "model": "gpt-9"}, 404, "model"), ("/tokenize", {"prompt": ""}, 400, "prompt"),
     ("/detokenize", {"tokens": [10**9]}, 400, "tokens"), ("/detokenize", {"tokens": "abc"}, 400, "tokens"),
     ("/detokenize", {"tokens": [1], "model": "gpt-9"}, 404, "model"),
+    ("/tokenize", {"messages": MESSAGES, "chat_template": "{{ 1 }}"}, 400, "chat_template"),
+    ("/tokenize", {"messages": MESSAGES, "tools": [{"type": "function"}]}, 400, "tools"),
 ])  # fmt: skip
 def test_bad_requests_get_error_json(http: httpx.Client, path: str, body: dict, status: int, param: str | None) -> None:
     response = http.post(path, json=body)
@@ -56,3 +58,11 @@ def test_bad_requests_get_error_json(http: httpx.Client, path: str, body: dict, 
 
 def test_version(http: httpx.Client) -> None:
     assert http.get("/version").json() == {"version": pagedllm.__version__}
+
+
+def test_messages_reach_the_template_as_a_chat_completions_do() -> None:
+    from pagedllm.entrypoints.protocol import ChatCompletionRequest, TokenizeRequest
+
+    fields = {"messages": MESSAGES, "documents": [{"title": "a"}], "reasoning_effort": "low",
+              "chat_template_kwargs": {"x": 1}, "add_generation_prompt": False, "continue_final_message": True}
+    assert TokenizeRequest(**fields).template_options() == ChatCompletionRequest(**fields).template_options()
