@@ -8,8 +8,10 @@ from pagedllm.entrypoints.cli import main
 
 
 class Template:
-    def apply_chat_template(self, messages: list[dict]) -> list[dict]:
-        return messages
+    """An engine whose template hands back the messages it was given, in place of the ids."""
+
+    def apply_chat_template(self, messages: list[dict]) -> tuple[str, list[dict]]:
+        return "", messages
 
 
 def prompt_of(**options) -> list[dict]:
