@@ -13,10 +13,10 @@ class Logprob:
     decoded_token: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class TokenLogprob(Mapping[int, Logprob]):
     """A token's logprob and its top-k alternatives. Also readable as vLLM's dict of token id -> Logprob: the
-    token itself first, then the alternatives best first (ranks 1..k)."""
+    token itself first, then the alternatives best first (ranks 1..k); it compares equal to that dict."""
 
     token_id: int
     logprob: float

@@ -159,20 +159,23 @@ class Scheduler:
         # yet, so its K/V is still in the source, which a swap saves from instead.
         uncopied = {dst: src for r, src, dst in out.cow if r is request}
         out.cow[:] = [c for c in out.cow if c[0] is not request]
-        for seq in request.seqs:
-            if self.kv.has_seq(seq.seq_id):
-                self._evict(seq, uncopied)
+        held = [seq for seq in request.seqs if self.kv.has_seq(seq.seq_id)]
+        # one choice for the whole request: a beam search step needs every live beam, and a swapped beam comes
+        # back a step after a recomputed one would
+        computed = sum(seq.num_computed for seq in held)
+        swap = self.config.preemption_mode == "swap" and 0 < computed and self._swap_has_room(computed)
+        for seq in held:
+            self._evict(seq, uncopied, swap)
         request.status = RequestStatus.WAITING
         request.metrics.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(request)
         out.preempted.append(request)
 
-    def _evict(self, seq: Sequence, uncopied: dict[int, int]) -> None:
-        """Give a preempted sequence's blocks back: its K/V saved aside (swap, where the swap space has room)
-        or recomputed later."""
+    def _evict(self, seq: Sequence, uncopied: dict[int, int], swap: bool) -> None:
+        """Give a preempted sequence's blocks back: its K/V saved aside (swap) or recomputed later."""
         num_computed = seq.num_computed
-        if self.config.preemption_mode == "swap" and 0 < num_computed and self._swap_has_room(num_computed):
+        if swap and num_computed > 0:
             blocks = [uncopied.get(b, b) for b in self.kv.block_table(seq.seq_id)]
             self.swap.save(seq.seq_id, blocks, seq.num_computed)
         else:

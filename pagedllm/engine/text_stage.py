@@ -22,11 +22,11 @@ def detokenize(outcome: StepOutcome, tokenizer: Tokenizer, text_of: Callable[[in
 def _add_token(token: SampledToken, text_of: Callable[[int], str] | None) -> None:
     completion = token.completion
     completion.cumulative_logprob += token.logprob
-    detokenize = token.request.params.detokenize
+    shows_text = token.request.params.detokenize
     if completion.logprobs is not None:
         completion.logprobs.append(TokenLogprob(token.token_id, token.logprob, token.top_logprobs or {}, token.rank,
-                                                text_of if detokenize else None))
-    if detokenize:
+                                                text_of if shows_text else None))
+    if shows_text:
         _add_text(token)
 
 

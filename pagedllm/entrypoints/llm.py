@@ -136,6 +136,7 @@ def _show_engine_log() -> None:
         handler.setFormatter(logging.Formatter("%(levelname)s pagedllm: %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
+        logger.propagate = False  # logging set up later would print each line again
 
 
 PROMPT_FORMS = "a string, a list of token ids (ints), a prompt dict (prompt / prompt_token_ids), or a list of those"

@@ -96,6 +96,20 @@ def test_preemption_keeps_greedy_tokens_and_frees_everything(tiny_llama_dir, mod
     assert len(small.swap_space) == 0
 
 
+def test_beams_are_swapped_out_together_or_recomputed_together(tiny_llama_dir):
+    """A swap space with room for some beams of a request but not all: one choice for the request (a swapped
+    beam came back a step after its recomputed sibling, and the search step lacked its logits)."""
+    rng = random.Random(2)
+    prompts = [[rng.randrange(3, 384) for _ in range(rng.randint(10, 40))] for _ in range(8)]
+    params = SamplingParams(max_tokens=20, use_beam_search=True, n=2, temperature=0, ignore_eos=True)
+    runs = {}
+    for swap_space in ("4GiB", "20KiB"):
+        engine = make_engine(tiny_llama_dir, num_blocks=60, preemption_mode="swap", swap_space=swap_space)
+        runs[swap_space] = [[c.token_ids for c in o.outputs] for o in run_all(engine, prompts, params)]
+        assert engine.stats().num_preemptions > 0 and len(engine.swap_space) == 0
+    assert runs["20KiB"] == runs["4GiB"]
+
+
 @pytest.mark.parametrize("num_blocks", [60, 90])
 def test_swapped_requests_come_back_with_room_to_go_on(tiny_llama_dir, num_blocks):
     """Restored into the last free blocks, a swapped request was the first victim of the next block a running one

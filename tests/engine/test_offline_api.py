@@ -83,6 +83,7 @@ def test_sampled_tokens_logprobs_read_as_vllms_dicts_with_ranks(llm, hf_model):
         check_rank(want[position], entry)
         text = llm.tokenizer.decode([entry.token_id])
         assert entry[entry.token_id] == Logprob(entry.logprob, entry.rank, text)
+        assert entry == dict(entry) and dict(entry) == entry  # compares as the dict it reads as
     assert any(entry.rank > 2 for entry in completion.logprobs)  # some fall outside the top 2
     assert completion.finished() and out.num_cached_tokens == out.metrics.num_cached_prompt_tokens
 
@@ -110,6 +111,9 @@ def test_allowed_token_ids_pick_the_likeliest_allowed_token(llm, hf_model):
                                                                          abs=1e-4)
     with pytest.raises(InvalidInputError, match="allowed_token_ids must name tokens below the vocabulary size"):
         llm.generate([prompt], SamplingParams(allowed_token_ids=[10**6]), use_tqdm=False)
+    stop_only = SamplingParams(allowed_token_ids=[7], stop_token_ids=[7], min_tokens=2)  # nothing to sample at first
+    with pytest.raises(InvalidInputError, match="allowed_token_ids are all stop tokens"):
+        llm.generate([prompt], stop_only, use_tqdm=False)
 
 
 def test_truncate_prompt_tokens_keeps_the_prompts_last_tokens(llm):
