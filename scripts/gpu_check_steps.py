@@ -201,7 +201,8 @@ def main() -> int:
         return compare_graphs(args.model_dir)
     if args.step == "bandwidth":
         if not args.device.startswith("cuda"):
-            print("bandwidth times the GPU's copies and Triton kernels: it runs with --device cuda only", file=sys.stderr)
+            print("bandwidth times the GPU's copies and Triton kernels: it runs with --device cuda only",
+                  file=sys.stderr)
             return 2
         return bandwidth()
     return imports()

@@ -38,7 +38,8 @@ def start_rank0(
     """Check the split, start or join the other ranks, load rank 0's shard; the executor and the full config.
     `num_blocks_for(local config)` sizes each rank's pool (the same block count on every rank)."""
     if dist.is_initialized():  # torch.distributed holds one default group per process
-        raise InvalidInputError("a tensor-parallel engine is already running in this process; call its shutdown() first")
+        raise InvalidInputError("a tensor-parallel engine is already running in this process; call its shutdown() "
+                                "first")
     step_timeout_s()  # a bad $PAGEDLLM_TP_TIMEOUT stops here, before anything starts
     full_config = read_model_config(model_path)
     check_shardable(full_config, size)

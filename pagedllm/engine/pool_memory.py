@@ -32,7 +32,8 @@ def num_blocks_for_bytes(budget_bytes: int, bytes_per_block: int, budget: str = 
     """How many whole blocks fit in budget_bytes; `budget` names them in the error when not one does."""
     num_blocks = budget_bytes // bytes_per_block
     if num_blocks < 1:
-        raise InvalidInputError(f"{budget} ({budget_bytes} bytes) is smaller than one KV block ({bytes_per_block} bytes)")
+        raise InvalidInputError(f"{budget} ({budget_bytes} bytes) is smaller than one KV block "
+                                f"({bytes_per_block} bytes)")
     return num_blocks
 
 

@@ -337,12 +337,13 @@ def _top_logprobs(
     k_max = max((k for k in wanted if k is not None), default=None)
     if k_max is None:
         return [None] * len(rows), [None] * len(rows)
-    ranks = (raw >= raw.gather(1, tokens[:, None])).sum(dim=1, keepdim=True)  # every row: no row index to send
+    counts = (raw >= raw.gather(1, tokens[:, None])).sum(dim=1, keepdim=True)  # every row: no row index to send
     values, indices = raw.topk(k_max, dim=-1)
-    host = to_host(torch.cat([ranks.double(), (values - log_z).double(), indices.double()], dim=1), "top logprobs")
+    host = to_host(torch.cat([counts.double(), (values - log_z).double(), indices.double()], dim=1), "top logprobs")
     top: list[dict[int, float] | None] = []
     ranks: list[int | None] = []
     for row, k in zip(host.tolist(), wanted):
-        top.append(None if k is None else {int(t): lp for t, lp in zip(row[1 + k_max : 1 + k_max + k], row[1 : 1 + k])})
+        ids, logprobs = row[1 + k_max : 1 + k_max + (k or 0)], row[1 : 1 + (k or 0)]
+        top.append(None if k is None else {int(t): lp for t, lp in zip(ids, logprobs)})
         ranks.append(None if k is None else int(row[0]))
     return top, ranks

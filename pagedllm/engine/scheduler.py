@@ -47,7 +47,8 @@ class Scheduler:
     def check_request(self, prompt_len: int, width: int, max_tokens: int | None) -> int:
         """The request's longest possible length; InvalidInputError for one that can never be served."""
         if width > self.config.max_n:
-            raise InvalidInputError(f"n / beam width {width} is above this engine's limit of {self.config.max_n} (max_n)")
+            raise InvalidInputError(f"n / beam width {width} is above this engine's limit of {self.config.max_n} "
+                                    "(max_n)")
         if width > self.config.max_num_seqs:
             raise InvalidInputError(f"n / beam width {width} is above max_num_seqs ({self.config.max_num_seqs})")
         if prompt_len >= self.max_model_len:

@@ -50,7 +50,8 @@ def run_requests(model_dir, device: str, impl: str, requests: list, **options) -
 
 def test_shared_blocks_and_swap_on_triton_match_the_reference_path(tiny_llama_dir, device, monkeypatch):
     """n > 1 with seeds and beam search (forks that share blocks, copy-on-write through the block-copy
-    kernel, K/V through the KV-write kernel), and swap preemption in a small pool: the same tokens as the reference attention on the same device."""
+    kernel, K/V through the KV-write kernel), and swap preemption in a small pool: the same tokens as the
+    reference attention on the same device."""
     import pagedllm.attention.triton as triton_ops
 
     calls = []
