@@ -20,7 +20,9 @@ def hf_model_from(model, config):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    hf_dict = config.to_hf_dict()
+    from pagedllm.model.hf_config import to_hf_dict
+
+    hf_dict = to_hf_dict(config)
     dtype = next(model.parameters()).dtype
     hf_config = AutoConfig.for_model(hf_dict.pop("model_type"), **hf_dict)
     hf_model = AutoModelForCausalLM.from_config(hf_config, dtype=dtype)

@@ -18,7 +18,8 @@ def read_model_config(path: str | Path) -> ModelConfig:
         from pagedllm.model.hf_loader import read_hf_config
 
         return read_hf_config(path)
-    from pagedllm.model.config import config_from_gguf_metadata, naming
+    from pagedllm.model.config import naming
+    from pagedllm.model.gguf_config import config_from_gguf_metadata
     from pagedllm.model.gguf_loader import open_gguf, read_metadata
 
     with naming(path):

@@ -8,7 +8,8 @@ import numpy as np
 import torch
 
 from pagedllm.errors import ModelLoadError
-from pagedllm.model.config import ModelConfig, config_from_gguf_metadata, naming
+from pagedllm.model.config import ModelConfig, naming
+from pagedllm.model.gguf_config import config_from_gguf_metadata
 from pagedllm.model.gguf_file import GGUFFile, GGUFTensor
 from pagedllm.model.stored_blocks import StoredBlocks
 

@@ -11,6 +11,7 @@ import torch
 from pagedllm.checks import is_int
 from pagedllm.errors import ModelLoadError
 from pagedllm.model.config import ModelConfig, naming
+from pagedllm.model.hf_config import from_hf_dict
 
 INDEX_NAME = "model.safetensors.index.json"
 
@@ -37,7 +38,7 @@ def read_hf_config(path: Path) -> ModelConfig:
     turn-end tokens there, and transformers' generate stops at them) and its sampling settings as defaults."""
     hf_config = read_config_json(path)
     with naming(path / "config.json"):
-        config = ModelConfig.from_hf_dict(hf_config)
+        config = from_hf_dict(hf_config)
     if (path / "generation_config.json").is_file():
         generation = read_config_json(path, "generation_config.json")
         for token in _generation_eos(generation, path):

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from pagedllm.model.config import ModelConfig
+from pagedllm.model.hf_config import to_hf_dict
 from pagedllm.model.hf_loader import INDEX_NAME, SAMPLING_KEYS
 
 
@@ -28,7 +29,7 @@ def save_hf_dir(model: torch.nn.Module, config: ModelConfig, out: Path, tokenize
     if tokenizer is not None:
         written += [Path(p) for p in tokenizer.save_pretrained(out) if Path(p).is_file()]
     written.append(out / "config.json")
-    _write_json(written[-1], config.to_hf_dict() | {"torch_dtype": _dtype_name(next(iter(tensors.values())).dtype)})
+    _write_json(written[-1], to_hf_dict(config) | {"torch_dtype": _dtype_name(next(iter(tensors.values())).dtype)})
     return sorted(set(written))
 
 

@@ -3,7 +3,9 @@
 import pytest
 
 from pagedllm.errors import ModelLoadError
-from pagedllm.model.config import ModelConfig, RopeScaling, config_from_gguf_metadata
+from pagedllm.model.config import RopeScaling
+from pagedllm.model.gguf_config import config_from_gguf_metadata
+from pagedllm.model.hf_config import from_hf_dict, to_hf_dict
 
 BASE = {"model_type": "llama", "vocab_size": 100, "hidden_size": 64, "intermediate_size": 128,
         "num_hidden_layers": 2, "num_attention_heads": 4}  # fmt: skip
@@ -12,25 +14,25 @@ LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_fr
 
 
 def test_defaults_fill_in_mha_and_head_dim():
-    config = ModelConfig.from_hf_dict(BASE)
+    config = from_hf_dict(BASE)
     assert (config.num_kv_heads, config.head_dim, config.attention_bias) == (4, 16, False)
 
 
 def test_v4_and_v5_rope_spellings_agree():
-    v4 = ModelConfig.from_hf_dict({**BASE, "rope_theta": 5e5, "rope_scaling": LLAMA3})
-    v5 = ModelConfig.from_hf_dict({**BASE, "rope_parameters": {**LLAMA3, "rope_theta": 5e5}})
+    v4 = from_hf_dict({**BASE, "rope_theta": 5e5, "rope_scaling": LLAMA3})
+    v5 = from_hf_dict({**BASE, "rope_parameters": {**LLAMA3, "rope_theta": 5e5}})
     assert v4 == v5
     assert v4.rope_theta == 5e5 and v4.rope_scaling == RopeScaling(8.0, 1.0, 4.0, 8192)
 
 
 def test_qwen2_has_biases_and_eos_list():
-    config = ModelConfig.from_hf_dict({**BASE, "model_type": "qwen2", "eos_token_id": [7, 8]})
+    config = from_hf_dict({**BASE, "model_type": "qwen2", "eos_token_id": [7, 8]})
     assert config.attention_bias and config.eos_token_ids == [7, 8]
 
 
 def test_round_trip_through_hf_dict():
-    config = ModelConfig.from_hf_dict({**BASE, "num_key_value_heads": 1, "rope_scaling": LLAMA3, "eos_token_id": 2})
-    assert ModelConfig.from_hf_dict(config.to_hf_dict()) == config
+    config = from_hf_dict({**BASE, "num_key_value_heads": 1, "rope_scaling": LLAMA3, "eos_token_id": 2})
+    assert from_hf_dict(to_hf_dict(config)) == config
 
 
 @pytest.mark.parametrize(
@@ -66,13 +68,13 @@ def test_round_trip_through_hf_dict():
 )  # fmt: skip
 def test_invalid_configs(change, message):
     with pytest.raises(ModelLoadError, match=message):
-        ModelConfig.from_hf_dict({**BASE, **change})
+        from_hf_dict({**BASE, **change})
 
 
 @pytest.mark.parametrize("value", [[], None, "llama", 3])
 def test_a_config_that_is_not_an_object_is_refused(value):
     with pytest.raises(ModelLoadError, match="must hold a JSON object"):
-        ModelConfig.from_hf_dict(value)
+        from_hf_dict(value)
 
 
 @pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2"])
@@ -80,7 +82,7 @@ def test_left_out_fields_take_transformers_defaults(arch):
     from transformers import AutoConfig
 
     hf = AutoConfig.for_model(arch)
-    config = ModelConfig.from_hf_dict({**BASE, "model_type": arch})
+    config = from_hf_dict({**BASE, "model_type": arch})
     assert (config.rms_norm_eps, config.max_position_embeddings) == (hf.rms_norm_eps, hf.max_position_embeddings)
 
 
@@ -90,18 +92,18 @@ def test_left_out_fields_take_transformers_defaults(arch):
 ])  # fmt: skip
 def test_keys_transformers_ignores_are_ignored(arch, fields):
     """Qwen2's q/k/v always have biases and Mistral's never, neither MLP has any, and swish is SiLU's other name."""
-    config = ModelConfig.from_hf_dict({**BASE, "model_type": arch, **fields})
+    config = from_hf_dict({**BASE, "model_type": arch, **fields})
     assert config.attention_bias == (arch == "qwen2")
 
 
 def test_the_same_rope_setting_in_several_places_is_read_once():
-    config = ModelConfig.from_hf_dict({**BASE, "rope_theta": 5e5, "rope_scaling": {**LLAMA3, "type": "llama3"},
+    config = from_hf_dict({**BASE, "rope_theta": 5e5, "rope_scaling": {**LLAMA3, "type": "llama3"},
                                        "rope_parameters": {**LLAMA3, "rope_theta": 500000}})  # fmt: skip
     assert config.rope_theta == 5e5 and config.rope_scaling == RopeScaling(8.0, 1.0, 4.0, 8192)
 
 
 def test_null_optional_fields_take_their_defaults():
-    config = ModelConfig.from_hf_dict({**BASE, "head_dim": None, "num_key_value_heads": None, "rope_scaling": None})
+    config = from_hf_dict({**BASE, "head_dim": None, "num_key_value_heads": None, "rope_scaling": None})
     assert (config.head_dim, config.num_kv_heads, config.rope_scaling) == (16, 4, None)
 
 
@@ -118,15 +120,15 @@ def test_null_optional_fields_take_their_defaults():
     ({"layer_types": ["sliding_attention"] * 2, "sliding_window": 8}, None, 0),  # transformers' Llama has none
 ])  # fmt: skip
 def test_sliding_windows_as_transformers_reads_them(fields, window, first):
-    config = ModelConfig.from_hf_dict({**BASE, **fields})
+    config = from_hf_dict({**BASE, **fields})
     assert (config.sliding_window, config.max_window_layers) == (window, first)
     assert config.context_limit == min(config.max_position_embeddings, window or config.max_position_embeddings)
-    assert ModelConfig.from_hf_dict(config.to_hf_dict()) == config  # convert --to-hf keeps it
+    assert from_hf_dict(to_hf_dict(config)) == config  # convert --to-hf keeps it
 
 
 def test_missing_key():
     with pytest.raises(ModelLoadError, match="'hidden_size'"):
-        ModelConfig.from_hf_dict({k: v for k, v in BASE.items() if k != "hidden_size"})
+        from_hf_dict({k: v for k, v in BASE.items() if k != "hidden_size"})
 
 
 def test_from_gguf_metadata():
