@@ -1,6 +1,7 @@
 """The offline API: `LLM().generate(prompts, SamplingParams(...))`."""
 
 import logging
+from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from dataclasses import fields
 from typing import Any, NamedTuple
@@ -19,6 +20,10 @@ from pagedllm.sampling_params import SamplingParams
 # either with a "cache_salt"; with both "prompt" and "prompt_token_ids" the ids run and the text is shown.
 Prompt = str | list[int] | dict[str, Any]
 PROMPT_KEYS = ("prompt", "prompt_token_ids", "cache_salt")
+
+
+# whether to show a progress bar, or (as in vLLM) the tqdm-like class that makes it
+Progress = bool | Callable[..., tqdm]
 
 
 class _Prompt(NamedTuple):
@@ -59,7 +64,7 @@ class LLM:
         self,
         prompts: Prompt | Seq[Prompt],
         sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
-        use_tqdm: bool = True,
+        use_tqdm: Progress = True,
     ) -> list[RequestOutput]:
         """One RequestOutput per prompt, in prompt order, each with its n completions."""
         return self._generate(_as_prompt_list(prompts), sampling_params, use_tqdm)
@@ -68,7 +73,7 @@ class LLM:
         self,
         messages: list[dict] | list[list[dict]],
         sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
-        use_tqdm: bool = True,
+        use_tqdm: Progress = True,
         add_generation_prompt: bool = True,
         continue_final_message: bool = False,
         chat_template_kwargs: dict[str, Any] | None = None,
@@ -94,7 +99,7 @@ class LLM:
         return self.engine.stats()
 
     def _generate(self, prompts: list[_Prompt], sampling_params: SamplingParams | Seq[SamplingParams] | None,
-                  use_tqdm: bool) -> list[RequestOutput]:
+                  use_tqdm: Progress) -> list[RequestOutput]:
         params = _params_per_prompt(sampling_params, len(prompts), self.engine.default_sampling_params())
         ids = self._add_all(prompts, params)
         return self._run(ids, use_tqdm)
@@ -111,9 +116,10 @@ class LLM:
             raise
         return ids
 
-    def _run(self, ids: list[str], use_tqdm: bool) -> list[RequestOutput]:
+    def _run(self, ids: list[str], use_tqdm: Progress) -> list[RequestOutput]:
         done: dict[str, RequestOutput] = {}
-        with tqdm(total=len(ids), desc="generate", unit="req", disable=not use_tqdm) as bar:
+        bar_type = use_tqdm if callable(use_tqdm) else tqdm
+        with bar_type(total=len(ids), desc="generate", unit="req", disable=use_tqdm is False) as bar:
             try:
                 while self.engine.has_unfinished_requests():
                     for output in self.engine.step():

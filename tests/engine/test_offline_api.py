@@ -159,3 +159,16 @@ def test_outputs_pickle_with_their_tokens_texts_not_the_tokenizer(llm):
     for again in (pickle.loads(data), copy.deepcopy(out)):
         entries, originals = again.outputs[0].logprobs, out.outputs[0].logprobs
         assert [dict(e) for e in entries] == [dict(e) for e in originals]  # decoded_token included
+
+
+def test_use_tqdm_takes_a_progress_bar_class_as_vllms_does(llm):
+    from tqdm import tqdm
+
+    made = []
+
+    def bar(*args, **kwargs):
+        made.append(kwargs)
+        return tqdm(*args, **kwargs, leave=False)
+
+    outs = llm.generate(["a", "b"], SamplingParams(max_tokens=2, **GREEDY), use_tqdm=bar)
+    assert len(outs) == 2 and made[0]["total"] == 2 and not made[0]["disable"]
