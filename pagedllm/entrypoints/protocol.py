@@ -61,6 +61,7 @@ class _SamplingFields(_Body):
     response_format: dict[str, Any] | None = None  # {"type": "text"} only
     add_special_tokens: bool | None = None  # vLLM's: the tokenizer's BOS/EOS (default: yes for a prompt, no for chat)
     truncate_prompt_tokens: int | None = None  # vLLM's: keep the prompt's last N tokens (-1: max_model_len)
+    allowed_token_ids: list[int] | None = None  # vLLM's: only these tokens may be sampled
     truncation_side: Literal["left"] | None = None
     # vLLM extras this server does not take: declared so that they are refused, not dropped as unknown
     use_beam_search: bool | None = None
@@ -70,7 +71,6 @@ class _SamplingFields(_Body):
     guided_regex: Any = None
     guided_choice: Any = None
     guided_grammar: Any = None
-    allowed_token_ids: list[int] | None = None  # vLLM's: only these tokens may be sampled
     bad_words: Any = None
     logprob_token_ids: Any = None
     return_tokens_as_token_ids: Any = None
@@ -257,7 +257,6 @@ class ChatCompletionRequest(_SamplingFields, _TemplateFields):
         if self.max_completion_tokens is not None:
             return self.max_completion_tokens, "max_completion_tokens"
         return self.max_tokens, "max_tokens"
-
 
 
 class TokenizeRequest(_TemplateFields):
