@@ -14,6 +14,7 @@ import torch
 
 from pagedllm.engine.device import to_device, to_host
 from pagedllm.engine.outputs import TokenLogprob
+from pagedllm.engine.sampler import vocabulary_ranks
 from pagedllm.engine.step import ScheduledSeq
 from pagedllm.engine.step_logits import StepLogits
 
@@ -52,7 +53,7 @@ def token_logprobs(logits: torch.Tensor, targets: list[int], k: int,
     index = to_device(torch.tensor(targets, dtype=torch.long), logprobs.device, "sampling rows")
     top_values, top_ids = logprobs.topk(k, dim=-1)
     chosen = logprobs.gather(1, index[:, None])
-    ranks = (logprobs >= chosen).sum(dim=1, keepdim=True)  # vLLM's count: the tokens at least as likely
+    ranks = vocabulary_ranks(logprobs, index[:, None])
     # float64 holds the ids exactly and the float32 logprobs unchanged
     parts = [chosen.double(), ranks.double(), top_values.double(), top_ids.double()]
     host = to_host(torch.cat(parts, dim=1), "prompt logprobs")

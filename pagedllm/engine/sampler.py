@@ -328,6 +328,12 @@ def _results(raw: torch.Tensor, log_z: torch.Tensor, tokens: torch.Tensor, rows:
     return [SampleResult(ids[i], chosen[i], top[i], ranks[i]) for i in range(len(rows))]
 
 
+def vocabulary_ranks(scores: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
+    """[rows, 1]: how many of each row's scores are at least its chosen token's (ids [rows, 1]), itself included:
+    the token's rank as vLLM counts it (1 = the likeliest)."""
+    return (scores >= scores.gather(1, chosen)).sum(dim=1, keepdim=True)
+
+
 def _top_logprobs(
     raw: torch.Tensor, log_z: torch.Tensor, tokens: torch.Tensor, rows: list[SamplingRow]
 ) -> tuple[list[dict[int, float] | None], list[int | None]]:
@@ -337,7 +343,7 @@ def _top_logprobs(
     k_max = max((k for k in wanted if k is not None), default=None)
     if k_max is None:
         return [None] * len(rows), [None] * len(rows)
-    counts = (raw >= raw.gather(1, tokens[:, None])).sum(dim=1, keepdim=True)  # every row: no row index to send
+    counts = vocabulary_ranks(raw, tokens[:, None])  # every row: no row index to send
     values, indices = raw.topk(k_max, dim=-1)
     host = to_host(torch.cat([counts.double(), (values - log_z).double(), indices.double()], dim=1), "top logprobs")
     top: list[dict[int, float] | None] = []
