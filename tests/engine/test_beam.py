@@ -125,3 +125,14 @@ def test_min_tokens_blocks_eos_and_leaves_the_beams_logprobs_the_models_own(mode
             logprobs = torch.log_softmax(model(torch.tensor([PROMPT + hyp.token_ids])).logits[0].float(), -1)
         model_sum = sum(logprobs[len(PROMPT) - 1 + i, t].item() for i, t in enumerate(hyp.token_ids))
         assert hyp.cum_logprob == pytest.approx(model_sum, abs=1e-4)
+
+
+def test_only_width_hypotheses_are_kept_and_the_worst_kept_one_decides_the_stop():
+    search = BeamSearch(beam_params(2, 1.0, False), {0}, max_tokens=10)
+    search.advance(BeamCandidates([0, 0, 0, 0], [0, 4, 5, 6], [-0.5, -1, -2, -3]))  # [0] finishes: -0.5
+    step = search.advance(BeamCandidates([0, 0, 1, 1], [7, 0, 0, 8], [-1.3, -1.4, -2.3, -3]))  # [4, 0]: -0.7
+    assert not step.done  # the best live beam scores -1.3 / 2 = -0.65, better than -0.7
+    step = search.advance(BeamCandidates([0, 0, 1, 1], [0, 9, 0, 10], [-1.8, -1.95, -3.5, -4]))  # [4, 7, 0]: -0.6
+    assert [h.token_ids for h in search.hypotheses] == [[0], [4, 7, 0]]  # [4, 0] fell out
+    assert step.done  # -1.95 / 3 = -0.65 cannot beat the worst kept hypothesis, -0.6
+    assert [h.token_ids for h in search.best()] == [[0], [4, 7, 0]]
