@@ -252,3 +252,24 @@ def test_a_character_left_incomplete_at_the_end_is_dropped(tokenizer):
     ids = tokenizer.encode(" ok 😀", add_special_tokens=False)
     detok, deltas = stream(tokenizer, ids[:-1], SamplingParams())
     assert "".join(deltas) == detok.text == " ok "
+
+
+def test_a_beam_hypothesis_reads_as_it_follows_the_prompt(byte_fallback):
+    """A finished beam search's text is decoded after its prompt, as a sampled completion's is: the first word
+    keeps its leading space."""
+    from types import SimpleNamespace
+
+    from pagedllm.engine.beam import BeamSearch
+    from pagedllm.engine.outcome import BeamChoice, StepOutcome
+    from pagedllm.engine.sampler import BeamCandidates
+    from pagedllm.engine.text_stage import detokenize
+
+    ids = byte_fallback.token_to_id
+    params = SamplingParams(use_beam_search=True, n=1, temperature=0.0, max_tokens=1)
+    search = BeamSearch(params, {ids("</s>")}, max_tokens=1)
+    step = search.advance(BeamCandidates([0, 0], [ids("▁yes"), ids("▁emoji")], [-0.1, -2.0]))
+    request = SimpleNamespace(beam=search, params=params, prompt_token_ids=[ids("▁Reply"), ids(":")],
+                              final_outputs=None)
+    detokenize(StepOutcome(beams=[BeamChoice(request, step)]), byte_fallback)
+    (output,) = request.final_outputs
+    assert (output.text, output.token_ids, output.finish_reason) == (" yes", [ids("▁yes")], "length")
