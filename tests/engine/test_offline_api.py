@@ -172,3 +172,43 @@ def test_use_tqdm_takes_a_progress_bar_class_as_vllms_does(llm):
 
     outs = llm.generate(["a", "b"], SamplingParams(max_tokens=2, **GREEDY), use_tqdm=bar)
     assert len(outs) == 2 and made[0]["total"] == 2 and not made[0]["disable"]
+
+
+def test_a_batch_whose_later_prompt_is_refused_queues_nothing(llm):
+    with pytest.raises(InvalidInputError):
+        llm.generate([[5, 6, 7], [10**6]], SamplingParams(max_tokens=2, **GREEDY), use_tqdm=False)
+    assert llm.engine.requests == {} and not llm.engine.has_unfinished_requests()
+
+
+def test_a_failed_step_frees_the_batch(llm, monkeypatch):
+    step, calls = llm.engine.step, []
+
+    def failing():
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("boom")
+        return step()
+
+    monkeypatch.setattr(llm.engine, "step", failing)
+    with pytest.raises(RuntimeError, match="boom"):
+        llm.generate([[5, 6, 7], [8, 9, 10]], SamplingParams(max_tokens=5, **GREEDY), use_tqdm=False)
+    monkeypatch.undo()
+    assert llm.engine.requests == {} and llm.engine.kv.num_used_blocks == 0
+
+
+def test_outputs_come_in_prompt_order_not_finish_order(llm):
+    params = [SamplingParams(max_tokens=6, **GREEDY), SamplingParams(max_tokens=1, **GREEDY)]
+    outs = llm.generate([[5, 6, 7], [8, 9, 10]], params, use_tqdm=False)
+    assert [o.prompt_token_ids for o in outs] == [[5, 6, 7], [8, 9, 10]]
+    assert [len(o.outputs[0].token_ids) for o in outs] == [6, 1]
+
+
+def test_a_params_list_of_the_wrong_length_is_refused(llm):
+    with pytest.raises(InvalidInputError, match="SamplingParams for 2 prompts"):
+        llm.generate(["a", "b"], [SamplingParams(max_tokens=1)], use_tqdm=False)
+    assert llm.engine.requests == {}
+
+
+def test_an_unknown_engine_option_is_refused_by_name(tiny_llama_dir):
+    with pytest.raises(InvalidInputError, match="unknown engine option.*no_such_option"):
+        LLM(model=str(tiny_llama_dir), no_such_option=1)

@@ -11,6 +11,7 @@ from test_engine import GREEDY, make_engine, run_all
 import pagedllm.engine.sampler as sampler
 from pagedllm.engine.beam import BeamSearch
 from pagedllm.engine.detokenizer import IncrementalDetokenizer
+from pagedllm.engine.outputs import TokenLogprob
 from pagedllm.engine.sampler import SamplingRow, make_generator, sample
 from pagedllm.sampling_params import SamplingParams
 
@@ -111,3 +112,61 @@ def test_outputs_carry_their_alternatives_sums_and_held_back_text(tiny_llama_dir
     beams = SamplingParams(use_beam_search=True, n=2, temperature=0.0, max_tokens=3, ignore_eos=True)
     (beam,) = run_all(engine, [PROMPT], beams)
     assert all((o.finish_reason, o.stop_reason) == ("length", None) for o in beam.outputs)
+
+
+@pytest.mark.parametrize("entry", [TokenLogprob(5, -0.1, {5: -0.1, 7: -2.0}),  # the token among its top-k
+                                   TokenLogprob(9, -3.0, {5: -0.1, 7: -2.0})])  # the token outside it
+def test_a_token_logprob_holds_each_token_once(entry):
+    keys = list(entry)
+    assert len(keys) == len(set(keys)) == len(entry) == len(dict(entry))
+    assert keys[0] == entry.token_id
+
+
+def test_n_2_gives_two_completions(tiny_llama_dir):
+    (out,) = run_all(make_engine(tiny_llama_dir), [PROMPT],
+                     SamplingParams(n=2, temperature=1.0, seed=1, max_tokens=3, ignore_eos=True))
+    assert [c.index for c in out.outputs] == [0, 1] and all(len(c.token_ids) == 3 for c in out.outputs)
+
+
+def test_an_eos_stop_reports_no_stop_reason_and_a_stop_token_its_id(tiny_llama_dir):
+    """As vLLM: stop_reason is None when the tokenizer's EOS ended the output, the id when a stop token did."""
+    engine = make_engine(tiny_llama_dir)
+    eos = engine.tokenizer.eos_token_id
+    (out,) = run_all(engine, [PROMPT], SamplingParams(temperature=0.0, logit_bias={eos: 100}, max_tokens=4))
+    assert (out.outputs[0].token_ids, out.outputs[0].finish_reason, out.outputs[0].stop_reason) == ([eos], "stop", None)
+    (out,) = run_all(engine, [PROMPT], SamplingParams(temperature=0.0, logit_bias={9: 100}, stop_token_ids=[9]))
+    assert (out.outputs[0].finish_reason, out.outputs[0].stop_reason) == ("stop", 9)
+
+
+def test_unseeded_completions_draw_from_streams_of_their_own(tiny_llama_dir):
+    params = SamplingParams(n=3, temperature=1.0, max_tokens=8, ignore_eos=True)
+    a, b = run_all(make_engine(tiny_llama_dir), [PROMPT] * 2, params)
+    completions = [tuple(c.token_ids) for out in (a, b) for c in out.outputs]
+    assert len(set(completions)) == len(completions)
+
+
+def test_a_finished_beam_searchs_outputs_are_all_new(tiny_llama_dir):
+    params = SamplingParams(use_beam_search=True, n=2, temperature=0.0, max_tokens=3, ignore_eos=True)
+    (out,) = run_all(make_engine(tiny_llama_dir), [PROMPT], params)
+    assert all(o.new_token_ids == o.token_ids and o.new_text == o.text for o in out.outputs)
+
+
+def test_an_earlier_outputs_prompt_logprobs_stay_as_they_were(tiny_llama_dir):
+    engine = make_engine(tiny_llama_dir, max_num_batched_tokens=4)  # the prompt in chunks of 4 across steps
+    engine.add_request("r", list(range(5, 25)), SamplingParams(max_tokens=1, prompt_logprobs=1, **GREEDY))
+    seen = []
+    while engine.has_unfinished_requests():
+        seen += [(out.prompt_logprobs, len(out.prompt_logprobs)) for out in engine.step()]
+    assert len(seen) > 1 and all(len(entries) == n for entries, n in seen)
+
+
+def test_a_stop_string_ends_the_completion_there(tiny_llama_dir):
+    engine = make_engine(tiny_llama_dir)
+    (plain,) = run_all(engine, [PROMPT], SamplingParams(max_tokens=12, **GREEDY))
+    ids, text = plain.outputs[0].token_ids, plain.outputs[0].text
+    head = engine.tokenizer.decode(ids[:3])  # a character of the first tokens' text ends the output early
+    stop = next(c for c in reversed(head) if not c.isspace() and c != "\ufffd")
+    (out,) = run_all(engine, [PROMPT], SamplingParams(max_tokens=12, stop=[stop], **GREEDY))
+    c = out.outputs[0]
+    assert (c.finish_reason, c.stop_reason, c.text) == ("stop", stop, text[: text.index(stop)])
+    assert len(c.token_ids) <= 3

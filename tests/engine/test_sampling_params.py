@@ -104,3 +104,24 @@ def test_max_tokens_none_is_allowed():
 def test_early_stopping_never_is_allowed():
     p = SamplingParams(use_beam_search=True, temperature=0, early_stopping="never", length_penalty=0.5)
     assert p.early_stopping == "never"
+
+
+def test_a_stop_token_that_is_the_eos_under_ignore_eos_reports_its_id():
+    """With ignore_eos, an EOS listed in stop_token_ids stops as a stop token: vLLM reports its id."""
+    assert SamplingParams(ignore_eos=True, stop_token_ids=[2]).stop_reason(2, 2) == 2
+    assert SamplingParams().stop_reason(2, 2) is None
+
+
+def test_bounds_are_inclusive():
+    """truncate_prompt_tokens up to the model length, min_tokens up to max_tokens, 20 logprobs, a bias of -100."""
+    assert SamplingParams(truncate_prompt_tokens=4).truncated_prompt(list(range(10)), 4) == [6, 7, 8, 9]
+    assert SamplingParams(min_tokens=5, max_tokens=5).min_tokens == 5
+    p = SamplingParams(logprobs=20, prompt_logprobs=20)
+    assert (p.logprobs, p.prompt_logprobs) == (20, 20)
+    assert SamplingParams(logit_bias={5: -100}).logit_bias == {5: -100}
+
+
+@pytest.mark.parametrize("value", [-100.5, -1e9])
+def test_a_logit_bias_below_minus_100_is_refused(value):
+    with pytest.raises(InvalidInputError, match="logit_bias"):
+        SamplingParams(logit_bias={5: value})
