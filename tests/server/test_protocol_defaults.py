@@ -48,3 +48,23 @@ def test_a_models_default_max_tokens_is_shortened_to_the_context_not_refused(tmp
         assert httpx.post(url, json=body | {"max_tokens": 1000}, timeout=60).status_code == 400
     finally:
         server.stop()
+
+
+def test_prompt_logprobs_are_asked_for_only_with_echo() -> None:
+    """Nothing shows a prompt's logprobs but the echo: without it they would cost a softmax per prompt token."""
+    assert CompletionRequest(prompt="x", logprobs=2).to_sampling_params().prompt_logprobs is None
+    assert CompletionRequest(prompt="x", logprobs=2, echo=True).to_sampling_params().prompt_logprobs == 2
+
+
+def test_max_completion_tokens_wins_over_max_tokens() -> None:
+    """As OpenAI and vLLM: max_tokens is the deprecated name."""
+    chat = ChatCompletionRequest(messages=MESSAGES, max_tokens=5, max_completion_tokens=2)
+    assert chat.to_sampling_params().max_tokens == 2
+
+
+def test_reasoning_effort_reaches_the_template() -> None:
+    from pagedllm.entrypoints.protocol import TokenizeRequest
+
+    for cls in (ChatCompletionRequest, TokenizeRequest):
+        body = cls.model_validate({"messages": MESSAGES, "reasoning_effort": "low", "chat_template_kwargs": {"a": 1}})
+        assert body.template_options()["template_kwargs"] == {"a": 1, "reasoning_effort": "low"}

@@ -307,3 +307,46 @@ def test_requests_added_before_a_step_count_as_waiting_for_the_overload_limit() 
         await engine.stop()
 
     run(main())
+
+
+def test_drain_counts_a_request_the_stats_do_not_show_yet() -> None:
+    async def main() -> bool:
+        fake = FakeEngine(fake_config())
+        engine = AsyncEngine(fake)
+        engine.start()
+        stats = fake.stats
+        fake.stats = lambda: (time.sleep(0.3), stats())[1]  # the engine thread publishes its stats late
+        try:
+            await engine.add_request("r", [1, 2, 3], SamplingParams(max_tokens=40), OutputStream())
+            return await engine.drain(0)
+        finally:
+            await engine.stop()
+
+    assert not run(main())
+
+
+def test_an_add_that_never_ran_is_not_left_pending() -> None:
+    """Else the overload limit and drain would count it for ever."""
+    async def main() -> None:
+        engine = AsyncEngine(FakeEngine(fake_config()), max_waiting_requests=1)  # never started
+        with pytest.raises(RequestAborted):
+            await engine.add_request("r", [1, 2, 3], SamplingParams(max_tokens=4), OutputStream())
+        assert not engine.is_overloaded()
+        assert await engine.drain(0)
+
+    run(main())
+
+
+def test_finished_requests_release_their_streams() -> None:
+    async def main() -> dict:
+        engine = AsyncEngine(FakeEngine(fake_config()))
+        engine.start()
+        for i in range(3):
+            stream = OutputStream()
+            await engine.add_request(f"r{i}", [1, 2, 3], SamplingParams(max_tokens=2), stream)
+            [o async for o in stream]
+        streams = dict(engine._streams)
+        await engine.stop()
+        return streams
+
+    assert run(main()) == {}

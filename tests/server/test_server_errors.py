@@ -167,3 +167,43 @@ def test_client_gone_before_its_body_is_no_server_error(server: RunningServer, h
     time.sleep(0.5)
     assert http.get("/health").status_code == 200
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+@pytest.mark.parametrize("path,base", [("/v1/completions", {"prompt": "x"}), ("/v1/chat/completions", {"messages": MSG})])
+def test_unsupported_flags_sent_as_false_are_accepted(http: httpx.Client, path: str, base: dict) -> None:
+    """Clients that send vLLM's defaults of the flags pagedllm lacks ("use_beam_search": false) are served."""
+    response = http.post(path, json={**base, "max_tokens": 2, "use_beam_search": False})
+    assert response.status_code == 200, response.text
+
+
+def test_a_deeply_nested_body_is_400(http: httpx.Client) -> None:
+    raw = '{"prompt": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    response = http.post("/v1/completions", content=raw, headers={"content-type": "application/json"})
+    assert "nested" in assert_error_shape(response, 400)["message"]
+
+
+@pytest.mark.parametrize("value", ['"x"', "1.0"])
+def test_a_lone_surrogate_in_an_object_key_is_400(http: httpx.Client, value: str) -> None:
+    raw = '{"prompt": "x", "max_tokens": 1, "logit_bias": {"\\ud800": %s}}' % value
+    response = http.post("/v1/completions", content=raw, headers={"content-type": "application/json"})
+    assert "surrogate" in assert_error_shape(response, 400)["message"]
+
+
+def test_a_message_whose_first_word_is_no_field_names_no_param() -> None:
+    from pagedllm.entrypoints.server.errors import from_user_error
+    from pagedllm.errors import InvalidInputError
+
+    error = from_user_error(InvalidInputError("request needs up to 600 KV blocks (4 x 600 tokens) but the pool has "
+                                              "only 512; lower max_tokens or n, or give the engine more KV memory"))
+    assert error.status == 400 and error.param is None
+    assert from_user_error(InvalidInputError("top_p must be in (0, 1], got 2")).param == "top_p"
+
+
+def test_of_two_bad_union_fields_the_first_is_named_alone() -> None:
+    from pagedllm.entrypoints.protocol import CompletionRequest
+    from pagedllm.entrypoints.server.errors import APIError
+    from pagedllm.entrypoints.server.request_body import decode_body
+
+    with pytest.raises(APIError) as info:
+        decode_body(b'{"prompt": 5, "stop": 5}', CompletionRequest)
+    assert (info.value.message, info.value.param) == ("stop: expected str or list[str]", "stop")

@@ -127,3 +127,30 @@ def test_best_of_equal_to_n_is_accepted(http: httpx.Client, server: RunningServe
 def test_nothing_left_behind(server: RunningServer) -> None:
     stats = server.wait_idle()
     assert (stats.num_running, stats.num_waiting, stats.blocks_used) == (0, 0, 0)
+
+
+def test_the_first_id_past_the_vocabulary_is_refused(server: RunningServer, http: httpx.Client) -> None:
+    vocab = server.async_engine.vocab_size
+    assert assert_4xx(http.post("/detokenize", json={"tokens": [1, vocab]}))["param"] == "tokens"
+    assert http.post("/detokenize", json={"tokens": [1, vocab - 1]}).status_code == 200
+
+
+def test_a_prompt_that_fills_the_context_is_refused(server: RunningServer, http: httpx.Client) -> None:
+    context = server.async_engine.max_model_len
+    error = assert_4xx(http.post("/v1/completions", json={"prompt": [5] * context}))
+    assert error["param"] == "prompt" and f"the prompt alone has {context}" in error["message"], error
+
+
+def test_prompt_ids_are_checked_before_truncation(server: RunningServer, http: httpx.Client) -> None:
+    vocab = server.async_engine.vocab_size
+    body = {"prompt": [vocab + 5, 1, 2, 3], "truncate_prompt_tokens": 2, "max_tokens": 1}
+    assert assert_4xx(http.post("/v1/completions", json=body))["param"] == "prompt"
+
+
+def test_max_tokens_left_out_is_shortened_near_the_context(server: RunningServer, http: httpx.Client) -> None:
+    """OpenAI's default of 16 is not the client's: it is cut to what the context leaves, not refused."""
+    context = server.async_engine.max_model_len
+    response = http.post("/v1/completions", json={"prompt": [5] * (context - 5), "ignore_eos": True})
+    assert response.status_code == 200, response.text
+    assert response.json()["usage"]["completion_tokens"] == 5
+    assert response.json()["choices"][0]["finish_reason"] == "length"
