@@ -68,3 +68,15 @@ def test_reasoning_effort_reaches_the_template() -> None:
     for cls in (ChatCompletionRequest, TokenizeRequest):
         body = cls.model_validate({"messages": MESSAGES, "reasoning_effort": "low", "chat_template_kwargs": {"a": 1}})
         assert body.template_options()["template_kwargs"] == {"a": 1, "reasoning_effort": "low"}
+
+
+def test_a_request_may_hold_the_most_prompts() -> None:
+    from pagedllm.entrypoints.protocol import MAX_PROMPTS
+
+    assert len(CompletionRequest(prompt=["x"] * MAX_PROMPTS).prompts()) == MAX_PROMPTS
+
+
+def test_a_message_reaches_the_template_with_only_the_fields_it_has() -> None:
+    """A template that tests `"name" in message` must not see the fields left out, as None."""
+    (message,) = ChatCompletionRequest(messages=MESSAGES).template_messages()
+    assert message == {"role": "user", "content": "hi"}

@@ -111,3 +111,21 @@ def test_a_stream_left_midway_is_aborted_at_once(slow_server: RunningServer, pat
         time.sleep(0.05)
     stats = slow_server.stats()
     assert stats.num_running == 0 and stats.num_waiting == 0, stats
+
+
+def test_echoed_offsets_count_the_tokens_texts_through_the_prompt(http: httpx.Client) -> None:
+    """Each text_offset is the last one plus its token's text, across the echoed prompt into the completion, even
+    where tokens split a character (their texts then outnumber the prompt's characters)."""
+    body = {"prompt": "Ελληνικά: Η γλώσσα 😀", "max_tokens": 3, "echo": True, "logprobs": 0, "ignore_eos": True}
+    response = http.post("/v1/completions", json=body)
+    assert response.status_code == 200, response.text
+    logprobs = response.json()["choices"][0]["logprobs"]
+    tokens, offsets = logprobs["tokens"], logprobs["text_offset"]
+    assert offsets == [sum(map(len, tokens[:i])) for i in range(len(tokens))]
+
+
+def test_usage_counts_every_prompts_tokens(http: httpx.Client) -> None:
+    body = {"prompt": [[5] * 3, [6] * 7], "max_tokens": 2, "ignore_eos": True}
+    response = http.post("/v1/completions", json=body)
+    assert response.status_code == 200, response.text
+    assert response.json()["usage"] == {"prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14}

@@ -207,3 +207,9 @@ def test_of_two_bad_union_fields_the_first_is_named_alone() -> None:
     with pytest.raises(APIError) as info:
         decode_body(b'{"prompt": 5, "stop": 5}', CompletionRequest)
     assert (info.value.message, info.value.param) == ("stop: expected str or list[str]", "stop")
+
+
+def test_a_wrong_method_says_which_are_allowed(http: httpx.Client) -> None:
+    response = http.get("/v1/completions")
+    assert_error_shape(response, 405)
+    assert response.headers["allow"] == "POST"

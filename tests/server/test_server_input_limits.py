@@ -154,3 +154,20 @@ def test_max_tokens_left_out_is_shortened_near_the_context(server: RunningServer
     assert response.status_code == 200, response.text
     assert response.json()["usage"]["completion_tokens"] == 5
     assert response.json()["choices"][0]["finish_reason"] == "length"
+
+
+@pytest.mark.parametrize("key", ["²", "١"])  # digits to str.isdigit, not ASCII ones ("١" would even parse as 1)
+def test_a_logit_bias_key_of_other_digits_is_400(http: httpx.Client, key: str) -> None:
+    body = {"prompt": "x", "max_tokens": 1, "logit_bias": {key: 1.0}}
+    assert assert_4xx(http.post("/v1/completions", json=body))["param"] == "logit_bias"
+
+
+def test_negative_token_ids_are_refused(http: httpx.Client) -> None:
+    assert assert_4xx(http.post("/detokenize", json={"tokens": [-1]}))["param"] == "tokens"
+    body = {"prompt": "x", "max_tokens": 1, "stop_token_ids": [-1]}
+    assert assert_4xx(http.post("/v1/completions", json=body))["param"] == "stop_token_ids"
+
+
+def test_top_k_may_be_the_vocabulary_size(server: RunningServer, http: httpx.Client) -> None:
+    body = {"prompt": "x", "max_tokens": 1, "top_k": server.async_engine.vocab_size}
+    assert http.post("/v1/completions", json=body).status_code == 200

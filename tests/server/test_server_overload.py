@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
 import httpx
+import pytest
 
 from conftest import fake_config
 from fake_serving_engine import FakeEngine
 from server_harness import RunningServer, start_server
+
+from pagedllm.engine.async_engine import AsyncEngine
+from pagedllm.entrypoints.server.errors import APIError
+from pagedllm.entrypoints.server.submission import submit
+from pagedllm.sampling_params import SamplingParams
 
 
 def hold_stream(server: RunningServer, stop: threading.Event) -> None:
@@ -51,3 +58,12 @@ def test_overload_answers_503_with_retry_after() -> None:
     finally:
         stop.set()
         server.stop()
+
+
+def test_a_submission_is_refused_when_the_server_filled_up_while_it_was_tokenized() -> None:
+    """The capacity is checked again at submission: others may have been admitted in the meantime."""
+    engine = AsyncEngine(FakeEngine(fake_config()), max_waiting_requests=1)
+    engine.is_overloaded = lambda: True  # filled up after the handler's first check
+    with pytest.raises(APIError) as info:
+        asyncio.run(submit(engine, "cmpl", [[1, 2, 3]], SamplingParams(max_tokens=2), None))
+    assert info.value.status == 503
