@@ -7,7 +7,7 @@ from pagedllm.attention import kv_cache_bytes_per_block
 from pagedllm.config import EngineConfig
 from pagedllm.engine import pool_sizing
 from pagedllm.engine.pool_memory import num_blocks_for_bytes
-from pagedllm.engine.pool_sizing import GpuMemory, kv_pool_bytes, profile_step_lengths
+from pagedllm.engine.pool_sizing import GpuMemory, kv_pool_bytes, measure_gpu_memory, profile_step_lengths
 from pagedllm.errors import InvalidInputError
 
 GIB = 2**30
@@ -59,3 +59,47 @@ def test_gpu_pool_blocks_profiles_one_step_and_sizes_from_the_measure(tiny_llama
     blocks = pool_sizing.gpu_pool_blocks(model, config, limits, torch.float32, torch.device("cpu"), max_model_len=64)
     assert blocks == 500 - 150
     assert profiled == [(4 + 4 + 4) * per_block]  # prompts of 14, 13, 13 tokens: 4 blocks of 4 each
+
+
+def test_nothing_left_exactly_is_the_utilization_error():
+    memory = GpuMemory(total=10 * GIB, peak_torch=8 * GIB, non_torch=GIB)
+    with pytest.raises(InvalidInputError, match="raise gpu_memory_utilization"):
+        kv_pool_bytes(memory, 0.9)  # 9 GiB budget - 8 - 1 = 0 bytes left
+    assert kv_pool_bytes(GpuMemory(10 * GIB, 8 * GIB, GIB - 1), 0.9) == 1
+
+
+@pytest.mark.parametrize("budget, seqs, max_len", [(1001, 3, 100), (250, 1, 100), (8192, 256, 2048)])
+def test_no_profiled_prompt_is_longer_than_max_model_len(budget, seqs, max_len):
+    lengths = profile_step_lengths(budget, seqs, max_len)
+    assert sum(lengths) == budget and max(lengths) <= max_len
+
+
+def test_measure_subtracts_the_profile_pool_and_counts_only_memory_outside_torch(monkeypatch):
+    cuda = torch.cuda
+    calls = []
+    monkeypatch.setattr(cuda, "empty_cache", lambda: calls.append("empty_cache"))
+    monkeypatch.setattr(cuda, "reset_peak_memory_stats", lambda device=None: calls.append("reset"))
+    monkeypatch.setattr(cuda, "synchronize", lambda device=None: calls.append("sync"))
+    monkeypatch.setattr(cuda, "max_memory_allocated", lambda device=None: 30 * GIB)
+    monkeypatch.setattr(cuda, "mem_get_info", lambda device=None: (40 * GIB, 80 * GIB))  # (free, total)
+    monkeypatch.setattr(cuda, "memory_reserved", lambda device=None: 34 * GIB)
+
+    def run_step():
+        calls.append("step")
+        return 4 * GIB  # the temporary pool of the profile step
+
+    memory = measure_gpu_memory(torch.device("cuda", 0), run_step)
+    # peak 30 GiB of which 4 are the temporary pool; 40 GiB in use, 34 of it torch's: 6 outside torch
+    assert memory == GpuMemory(total=80 * GIB, peak_torch=26 * GIB, non_torch=6 * GIB)
+    assert calls.index("reset") < calls.index("step") < calls.index("sync")
+
+
+def test_a_pool_just_over_the_available_memory_is_refused_and_one_that_fits_is_not(monkeypatch):
+    from pagedllm.engine import pool_memory
+
+    monkeypatch.setattr(pool_memory, "available_bytes", lambda: 4 * GIB)
+    pool_memory.check_pool_fits(4 * GIB)
+    with pytest.raises(InvalidInputError, match="does not fit"):
+        pool_memory.check_pool_fits(4 * GIB + 1)
+    monkeypatch.setattr(pool_memory, "available_bytes", lambda: None)  # unknown: no check
+    pool_memory.check_pool_fits(1 << 60)

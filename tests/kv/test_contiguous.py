@@ -85,3 +85,34 @@ def test_double_allocate_is_a_bug():
 def test_bad_construction_is_a_user_error(kwargs):
     with pytest.raises(InvalidInputError):
         ContiguousAllocator(**kwargs)
+
+
+def test_append_of_several_tokens_uses_that_many_slots():
+    alloc = ContiguousAllocator(16, 8, "max_len")
+    alloc.allocate("a", 3, 5)
+    assert alloc.append("a", 4) and alloc.reservation("a").used == 7
+    assert not alloc.append("a", 2) and alloc.reservation("a").used == 7  # 9 > 8: refused, unchanged
+    assert alloc.append("a", 1) and alloc.reservation("a").used == 8
+
+
+def test_reservations_are_listed_by_start_after_a_hole_is_reused():
+    alloc = ContiguousAllocator(24, 8, "max_len")
+    for seq in "abc":
+        alloc.allocate(seq, 1, 1)
+    alloc.free("a")
+    alloc.allocate("d", 1, 1)  # first fit: the hole at 0
+    assert [(r.seq_id, r.start) for r in alloc.reservations()] == [("d", 0), ("b", 8), ("c", 16)]
+
+
+def test_a_full_pool_has_no_free_run():
+    alloc = ContiguousAllocator(16, 8, "max_len")
+    alloc.allocate("a", 1, 1)
+    alloc.allocate("b", 1, 1)
+    assert alloc.free_runs() == [] and alloc.largest_free_run == 0 and alloc.num_free_slots == 0
+
+
+def test_check_invariants_catches_uncoalesced_free_runs():
+    alloc = ContiguousAllocator(16, 8, "max_len")
+    alloc._free = [[0, 8], [8, 8]]  # the same slots, split: first fit would refuse a 16-slot run
+    with pytest.raises(AssertionError, match="not coalesced"):
+        alloc.check_invariants()

@@ -1,3 +1,5 @@
+import pytest
+
 from pagedllm.sim.accounting import MemoryReport, contiguous_report, external_slots, paged_report, split_slack
 from pagedllm.kv.contiguous import ContiguousAllocator
 from pagedllm.kv.manager import KVCacheManager
@@ -70,3 +72,8 @@ def test_report_percentages():
     rep = MemoryReport(pool=200, tokens=50, reservation=20, internal=10, external=20, free=100)
     assert rep.waste == 50 and rep.pct(rep.waste) == 25.0 and rep.allocated == 80
     rep.check()
+
+
+def test_check_rejects_a_negative_category_even_when_the_sum_tiles():
+    with pytest.raises(AssertionError, match="do not tile"):
+        MemoryReport(pool=10, tokens=12, reservation=-2, internal=0, external=0, free=0).check()

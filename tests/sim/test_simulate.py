@@ -1,7 +1,9 @@
 import pytest
 
 from pagedllm.errors import InvalidInputError
-from pagedllm.sim.simulate import SimConfig, simulate
+from pagedllm.sim.policies import make_policy
+from pagedllm.sim.requests import prepare, sim_requests
+from pagedllm.sim.simulate import Replay, SimConfig, simulate
 from pagedllm.sim.trace import SyntheticConfig, TraceRequest, synthetic_trace
 
 
@@ -116,3 +118,87 @@ def test_a_long_prefix_caching_replay_keeps_no_per_step_state():
     replay = Replay(make_policy("prefix-16", cfg), trace, cfg.max_len)
     assert replay.run().finished == 40
     assert replay.policy.manager._unwritten == []  # each simulated step "ran": its hashed blocks hold K/V
+
+
+def test_exact_policy_measures_external_fragmentation_against_the_heads_whole_reservation():
+    # 32 slots, exact reservations: r0 takes 20 (prompt 10 + max_tokens 10), leaving one free run of 12.
+    # The head of the queue would reserve 4 + 10 = 14 > 12: all 12 free slots are external fragmentation.
+    cfg = SimConfig(pool_slots=32, max_len=32, block_sizes=(), prefix_block_size=None)
+    policy = make_policy("contig-exact", cfg)
+    r0, head = sim_requests([TraceRequest(0, 10, 10, max_tokens=10), TraceRequest(0, 4, 10, max_tokens=10)], 32)
+    assert policy.admit(r0) and not policy.admit(head)
+    rep = policy.report(head)
+    assert (rep.external, rep.free) == (12, 0)
+    assert policy.memory_map(0, head).next_need == 14
+
+
+def test_preempted_request_goes_back_to_the_front_of_the_waiting_queue():
+    # paged-4, 12 blocks: r0..r3 (8-token prompts) run; r4 arrives at step 4 and waits. At step 5 r0 needs a
+    # block, r3 (the latest) is preempted and must wait *ahead of* r4, as vLLM requeues preempted requests first.
+    trace = [TraceRequest(arrival=i, prompt_len=8, output_len=8) for i in range(4)]
+    trace.append(TraceRequest(arrival=4, prompt_len=8, output_len=2))
+    cfg = SimConfig(pool_slots=48, max_len=16, block_sizes=(4,), prefix_block_size=None)
+    replay = Replay(make_policy("paged-4", cfg), prepare(trace, 16), 16, check=True)
+    for step in range(6):
+        replay._step(step)
+    assert replay.result.preemptions == 1
+    assert [r.seq_id for r in replay.waiting] == ["r3", "r4"]
+    result = replay.run()
+    assert result.finished == 5
+
+
+def test_prefix_policy_forgets_the_token_lists_of_finished_requests():
+    trace = [TraceRequest(arrival=i, prompt_len=12, output_len=6, prefix_group="sys", prefix_len=8) for i in range(6)]
+    cfg = SimConfig(pool_slots=64, max_len=32, block_sizes=(), prefix_block_size=4)
+    policy = make_policy("prefix-4", cfg)
+    Replay(policy, prepare(trace, 32), 32, check=True).run()
+    assert policy._tokens == {} and policy._final == {}
+
+
+def test_drawing_an_idle_step_draws_the_next_busy_one():
+    # r0 runs steps 0..2, nothing runs 3..9 (skipped), r1 arrives at 10: step 5 is drawn as step 10
+    trace = [TraceRequest(arrival=0, prompt_len=4, output_len=2), TraceRequest(arrival=10, prompt_len=6, output_len=2)]
+    cfg = SimConfig(pool_slots=32, max_len=16, block_sizes=(4,), prefix_block_size=None)
+    mm = simulate(trace, cfg, ["paged-4"], draw_step=5, draw_policy="paged-4").memory_map
+    assert mm is not None and mm.step == 10 and [e.used for e in mm.entries] == [6]
+
+
+def test_means_are_over_busy_steps_only():
+    # one request at a time, never two: mean running is exactly 1 although the drain steps record 0 running
+    trace = [TraceRequest(arrival=0, prompt_len=4, output_len=3), TraceRequest(arrival=20, prompt_len=4, output_len=3)]
+    cfg = SimConfig(pool_slots=32, max_len=16, block_sizes=(4,), prefix_block_size=None)
+    r = simulate(trace, cfg, ["contig-max", "paged-4"])
+    for p in r.policies.values():
+        assert 0 in p.running  # the step each request finished in ran nothing
+        assert p.mean_running == 1.0 and p.peak_running == 1
+        # tokens 4,5,6 (steps 0..2 busy) for each request: mean 5 of 32 slots
+        assert p.mean_pct("tokens") == pytest.approx(100 * 5 / 32)
+
+
+def test_peak_is_the_first_step_that_reaches_the_peak_occupancy():
+    # two identical requests, one after the other: both reach 6 tokens; the peak is the first one's step
+    trace = [TraceRequest(arrival=0, prompt_len=4, output_len=3), TraceRequest(arrival=20, prompt_len=4, output_len=3)]
+    cfg = SimConfig(pool_slots=32, max_len=16, block_sizes=(4,), prefix_block_size=None)
+    r = simulate(trace, cfg, ["paged-4"]).policies["paged-4"]
+    assert r.peak.tokens == 6 and r.peak_step == 2
+
+
+def test_mean_external_fragmentation_is_summed_over_the_run():
+    # exact reservations in 32 slots: r0 holds 20 while r1 (needs 14) waits on a free run of 12 for 10 steps
+    trace = [TraceRequest(0, 10, 10, max_tokens=10), TraceRequest(0, 4, 10, max_tokens=10)]
+    cfg = SimConfig(pool_slots=32, max_len=32, block_sizes=(), prefix_block_size=None)
+    r = simulate(trace, cfg, ["contig-exact"]).policies["contig-exact"]
+    summary = r.summary()
+    assert r.sums["external"] == 12 * 10
+    assert summary["waste_mean_pct"]["external"] == pytest.approx(100 * 12 * 10 / r.busy_steps / 32)
+    assert summary["waste_mean_pct"]["total"] == pytest.approx(sum(r.mean_pct(k) for k in ("reservation", "internal", "external")))
+
+
+def test_waste_at_peak_total_includes_external_fragmentation():
+    trace = [TraceRequest(0, 10, 10, max_tokens=10), TraceRequest(0, 4, 10, max_tokens=10)]
+    cfg = SimConfig(pool_slots=32, max_len=32, block_sizes=(), prefix_block_size=None)
+    r = simulate(trace, cfg, ["contig-exact"]).policies["contig-exact"]
+    at_peak = r.summary()["waste_at_peak_pct"]
+    assert r.peak.tokens == 19 and at_peak["external"] == 100 * 12 / 32
+    assert at_peak["total"] == pytest.approx(at_peak["reservation"] + at_peak["internal"] + at_peak["external"])
+    assert at_peak["total"] == pytest.approx(100 * r.peak.waste / 32)

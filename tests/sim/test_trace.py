@@ -100,3 +100,30 @@ def test_a_trace_with_a_byte_order_mark_loads(tmp_path):
     path.write_bytes(b'\xef\xbb\xbf{"arrival": 0, "prompt_len": 4, "output_len": 2}\n')
     (request,) = load_trace(path)
     assert (request.prompt_len, request.output_len) == (4, 2)
+
+
+def test_max_tokens_zero_is_refused(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"arrival": 0, "prompt_len": 3, "output_len": 5, "max_tokens": 0}\n')
+    with pytest.raises(InvalidInputError, match='"max_tokens" is too small'):
+        load_trace(path)
+
+
+def test_whitespace_only_lines_are_blank(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"arrival": 0, "prompt_len": 3, "output_len": 5}\n   \n\t\n{"arrival": 1, "prompt_len": 2, "output_len": 1}\n')
+    assert len(load_trace(path)) == 2
+
+
+def test_a_zero_prefix_len_survives_a_round_trip(tmp_path):
+    # prefix_len 0: the group shares no text; dropping it on save would make the whole prompt shared on load
+    trace = [TraceRequest(0, 8, 2, max_tokens=4, prefix_group=0, prefix_len=0)]
+    save_trace(trace, tmp_path / "s.jsonl")
+    assert load_trace(tmp_path / "s.jsonl") == trace
+
+
+def test_an_empty_prompt_is_refused(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"arrival": 0, "prompt_len": 0, "output_len": 5}\n')
+    with pytest.raises(InvalidInputError, match=r't.jsonl:1: "prompt_len" is too small: 0 \(must be >= 1\)'):
+        load_trace(path)
