@@ -210,3 +210,22 @@ def test_auto_dtype_on_cuda_follows_the_gpu(monkeypatch):
     assert resolve_dtype("auto", device=CUDA) == torch.float32
     assert resolve_dtype("float32", device=CUDA) == torch.float32
     assert resolve_dtype("auto", flags=["avx512_bf16"]) == torch.bfloat16  # the CPU still reads its flags
+
+
+def test_triton_on_the_cpu_needs_the_interpreter(monkeypatch):
+    """Refused at construction, not at the first step: the Triton kernels run on CPU tensors only interpreted."""
+    from pagedllm.attention import resolve_attention_impl
+    from pagedllm.attention import triton as triton_pkg
+    from pagedllm.attention.triton import loader
+
+    monkeypatch.setattr(triton_pkg, "is_available", lambda: True)
+    monkeypatch.setattr(loader, "interpreting", lambda: False)
+    with pytest.raises(InvalidInputError, match="needs a CUDA device"):
+        resolve_attention_impl("triton", 64, torch.float32)
+    monkeypatch.setattr(loader, "interpreting", lambda: True)
+    assert resolve_attention_impl("triton", 64, torch.float32) == "triton"
+    monkeypatch.setattr(triton_pkg, "is_available", lambda: False)
+    with pytest.raises(InvalidInputError, match="needs a CUDA device"):
+        resolve_attention_impl("triton", 64, torch.float32)
+
+

@@ -1,10 +1,12 @@
 """keep_freed_memory: a step's freed buffers are reused, not faulted in again from the OS every step."""
 
+import io
 import sys
 
 import pytest
 import torch
 
+from pagedllm.engine import host_memory
 from pagedllm.engine.host_memory import keep_freed_memory, minor_page_faults
 
 
@@ -45,3 +47,29 @@ def test_a_pool_larger_than_the_available_memory_is_refused_before_it_is_allocat
     monkeypatch.setattr(pool_memory, "available_bytes", lambda: 1 << 20)
     with pytest.raises(InvalidInputError, match=r"does not fit in this machine's 0.0 GiB of available memory"):
         LLMEngine(EngineConfig(model=str(tiny_llama_dir), kv_cache_memory="8MiB"))
+
+
+MEMINFO = "MemTotal:       8000000 kB\nMemFree:          100000 kB\nMemAvailable:     300000 kB\nBuffers: 1 kB\n"
+
+
+def test_available_bytes_is_mem_available_in_kib(monkeypatch):
+    """MemAvailable (not MemFree, which leaves out reclaimable page cache), and /proc/meminfo's kB are KiB."""
+    monkeypatch.setattr(host_memory, "open", lambda *a, **k: io.StringIO(MEMINFO), raising=False)
+    assert host_memory.available_bytes() == 300000 * 1024
+
+
+def test_available_bytes_is_none_without_the_line(monkeypatch):
+    monkeypatch.setattr(host_memory, "open", lambda *a, **k: io.StringIO("MemTotal: 1 kB\n"), raising=False)
+    assert host_memory.available_bytes() is None
+
+
+def test_minor_page_faults_count_first_touches():
+    import mmap
+
+    before = host_memory.minor_page_faults()
+    with mmap.mmap(-1, 32 << 20) as m:  # 8192 fresh pages, each faulted in on its first write
+        for i in range(0, 32 << 20, 4096):
+            m[i] = 1
+    assert host_memory.minor_page_faults() - before >= 4000
+
+

@@ -2,6 +2,7 @@
 (the line is named in the test). The real KV manager where the pool's contents matter."""
 
 import pytest
+import torch
 from fake_kv import FakeKV, FakeSwap
 from test_scheduler import TOKEN, add, make, sampled, step
 
@@ -147,3 +148,15 @@ def test_a_request_owed_prompt_logprobs_takes_only_the_cached_blocks_it_has_them
     sched.add(owed, Completion(0, None, None))
     (scheduled,) = sched.schedule().scheduled
     assert scheduled.num_cached == 4 and scheduled.num_new_tokens == 8
+
+
+def test_swap_space_counts_the_tokens_of_every_saved_sequence():
+    caches = [torch.zeros(2, 1, 4, 2, 3), torch.ones(2, 1, 4, 2, 3)]
+    swap = SwapSpace(caches)
+    swap.save(7, [1, 2], 3)
+    swap.save(8, [3], 2)
+    assert (7 in swap, 8 in swap, 9 in swap, len(swap), swap.tokens_held) == (True, True, False, 2, 5)
+    swap.drop(7)
+    assert swap.tokens_held == 2
+    swap.restore(8, [0])
+    assert swap.tokens_held == 0 and len(swap) == 0

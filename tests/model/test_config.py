@@ -3,7 +3,7 @@
 import pytest
 
 from pagedllm.errors import ModelLoadError
-from pagedllm.model.config import RopeScaling
+from pagedllm.model.config import ModelConfig, RopeScaling
 from pagedllm.model.gguf_config import config_from_gguf_metadata
 from pagedllm.model.hf_config import from_hf_dict, to_hf_dict
 
@@ -158,3 +158,99 @@ def test_invalid_gguf_metadata(change, message):
             "tokenizer.ggml.tokens": range(100)}  # fmt: skip
     with pytest.raises(ModelLoadError, match=message):
         config_from_gguf_metadata({**meta, **change})
+
+
+GGUF = {"general.architecture": "llama", "llama.block_count": 2, "llama.embedding_length": 576,
+        "llama.feed_forward_length": 1536, "llama.attention.head_count": 9, "tokenizer.ggml.tokens": range(100)}
+
+
+@pytest.mark.parametrize("layers,window,first", [(2, None, 0), (30, 16, 28)])
+def test_qwen2_sliding_window_starts_at_transformers_default_max_window_layers(layers, window, first):
+    """Qwen2Config's max_window_layers defaults to 28: a 2-layer model has no windowed layer, a 30-layer one
+    has them from layer 28 on."""
+    config = from_hf_dict({**BASE, "model_type": "qwen2", "num_hidden_layers": layers, "use_sliding_window": True,
+                           "sliding_window": 16})
+    assert (config.sliding_window, config.max_window_layers) == (window, first)
+
+
+def test_gguf_without_head_count_kv_is_multi_head():
+    """llama.cpp reads a missing head_count_kv as head_count (MHA)."""
+    assert config_from_gguf_metadata(GGUF).num_kv_heads == 9
+
+
+def test_gguf_defaults_for_left_out_keys():
+    config = config_from_gguf_metadata(GGUF)
+    assert (config.rms_norm_eps, config.rope_theta, config.max_position_embeddings) == (1e-5, 10000.0, 2048)
+    assert config.bos_token_id is None and config.eos_token_ids == []
+
+
+def test_gguf_sliding_window_is_read_and_limits_the_context():
+    config = config_from_gguf_metadata({**GGUF, "llama.attention.sliding_window": 64,
+                                        "llama.context_length": 4096})
+    assert config.sliding_window == 64 and config.context_limit == 64
+
+
+@pytest.mark.parametrize("extra", [{"llama.rope.scaling.type": "none"},
+                                   {"llama.rope.scaling.type": "none", "llama.rope.scaling.factor": 1.0},
+                                   {"llama.rope.scaling.factor": 0.0}, {"llama.rope.scale_linear": 0.0},
+                                   {"llama.rope.scaling.factor": 1.0}])
+def test_gguf_rope_without_scaling_loads(extra):
+    """scaling.type "none", and a factor of 1 or 0 (llama.cpp's "not set"), mean no scaling."""
+    assert config_from_gguf_metadata({**GGUF, **extra}).rope_scaling is None
+
+
+def test_gguf_bos_token_id_is_read():
+    assert config_from_gguf_metadata({**GGUF, "tokenizer.ggml.bos_token_id": 1}).bos_token_id == 1
+
+
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2"])
+def test_left_out_rope_theta_and_tie_take_transformers_defaults(arch):
+    from transformers import AutoConfig
+
+    hf = AutoConfig.for_model(arch)
+    theta = hf.rope_parameters["rope_theta"] if getattr(hf, "rope_parameters", None) else hf.rope_theta
+    config = from_hf_dict({**BASE, "model_type": arch})
+    assert (config.rope_theta, config.tie_word_embeddings) == (theta, hf.tie_word_embeddings) == (10000.0, False)
+
+
+@pytest.mark.parametrize("change,message", [({"num_key_value_heads": True}, "num_key_value_heads must be an integer"),
+                                            ({"rms_norm_eps": True}, "rms_norm_eps must be a finite number"),
+                                            ({"eos_token_id": [2, False]}, "eos_token_id must be an integer")])
+def test_booleans_are_not_numbers_in_a_config(change, message):
+    with pytest.raises(ModelLoadError, match=message):
+        from_hf_dict({**BASE, **change})
+
+
+def test_an_empty_quantization_config_is_still_refused():
+    """transformers treats any quantization_config as a quantized checkpoint (pre_quantized)."""
+    with pytest.raises(ModelLoadError, match="quantized checkpoints"):
+        from_hf_dict({**BASE, "quantization_config": {}})
+
+
+MODEL = dict(architecture="llama", vocab_size=100, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+             num_kv_heads=2, head_dim=16)
+
+def test_llama3_scaling_with_equal_low_and_high_freq_factors_is_refused():
+    """high_freq_factor == low_freq_factor divides by zero in the smoothing band."""
+    with pytest.raises(ModelLoadError, match="invalid llama3 rope scaling"):
+        RopeScaling(8.0, 2.0, 2.0, 8192)
+    with pytest.raises(ModelLoadError, match="invalid llama3 rope scaling"):
+        RopeScaling(0.0, 1.0, 4.0, 8192)
+
+
+def test_odd_head_dim_is_refused():
+    with pytest.raises(ModelLoadError, match="head_dim must be positive and even"):
+        from_hf_dict({**BASE, "head_dim": 15})
+
+
+@pytest.mark.parametrize("name", ["rope_theta", "rms_norm_eps"])
+def test_nan_model_settings_are_refused(name):
+    with pytest.raises(ModelLoadError, match=f"{name} must be positive"):
+        ModelConfig(**MODEL, **{name: float("nan")})
+
+
+def test_a_sliding_window_needs_a_layer_that_has_it():
+    ModelConfig(**MODEL, sliding_window=8, max_window_layers=1)
+    with pytest.raises(ModelLoadError, match="leaves no layer"):
+        ModelConfig(**MODEL, sliding_window=8, max_window_layers=2)
+
