@@ -3,6 +3,7 @@ to the torch path, and the engine produces the same greedy tokens as with the ke
 
 import logging
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -205,3 +206,24 @@ def test_misspelt_switches_are_refused_not_taken_for_a_failed_build(monkeypatch:
     monkeypatch.setenv(build.ISA_ENV, "AVX2")
     with pytest.raises(InvalidInputError, match="'avx2' or unset, not 'AVX2'"):
         build.build_cpu_kernels()
+
+
+def test_the_build_key_covers_the_cpu_flags_and_headers(monkeypatch, tmp_path):
+    """A build made for another CPU (AVX-512 on an AVX2-only machine) would die of SIGILL, and a changed header
+    must rebuild."""
+    from pagedllm.kernels import build
+
+    cxx = build.compiler()
+    if cxx is None:
+        pytest.skip("no C++ compiler here")
+    here = build.build_key(cxx)
+    monkeypatch.setattr(build, "cpu_flags", lambda: ["fpu", "avx2"])
+    assert build.build_key(cxx) != here
+    monkeypatch.undo()
+    csrc = tmp_path / "csrc"
+    shutil.copytree(build.CSRC, csrc)
+    monkeypatch.setattr(build, "CSRC", csrc)
+    assert build.build_key(cxx) == here
+    header = next(csrc.glob("*.h"))
+    header.write_text(header.read_text() + "\n// changed\n")
+    assert build.build_key(cxx) != here

@@ -87,3 +87,11 @@ def test_documents_reach_a_template_that_takes_them(tokenizer):
     assert render_chat(rag, messages, documents=[{"title": "a"}, {"title": "b"}],
                        template_kwargs={"reasoning_effort": "low"}) == "[a][b]lowq"
     assert render_chat(rag, messages) == "q"
+
+
+def test_a_template_of_ones_own_serves_a_model_that_has_none():
+    """As vLLM's --chat-template: a template sent with the request stands in for the model's missing one."""
+    bare = make_tiny_tokenizer()
+    bare.chat_template = None
+    text = render_chat(bare, [{"role": "user", "content": "hi"}], chat_template="{{ messages[0].content }}!")
+    assert text == "hi!"
