@@ -9,10 +9,12 @@ from gguf.quants import quantize
 from pagedllm.model.gguf_loader import gguf_name, permute_qk
 
 
-def write_gguf(hf_model, path: Path, qtype: GGMLQuantizationType = GGMLQuantizationType.F32, tokenizer=None) -> Path:
-    """2-D weights stored as `qtype` (F32, F16 or a quantized type such as Q8_0); norms and biases as F32."""
+def write_gguf(hf_model, path: Path, qtype: GGMLQuantizationType = GGMLQuantizationType.F32, tokenizer=None,
+               arch: str | None = None) -> Path:
+    """2-D weights stored as `qtype` (F32, F16 or a quantized type such as Q8_0); norms and biases as F32. `arch`:
+    the file's general.architecture (by default llama's, where llama.cpp files Mistral too; qwen2's own)."""
     cfg = hf_model.config
-    arch = cfg.model_type if cfg.model_type == "qwen2" else "llama"  # llama.cpp files Mistral under llama
+    arch = arch or (cfg.model_type if cfg.model_type == "qwen2" else "llama")
     writer = GGUFWriter(path, arch)
     _write_metadata(writer, cfg)
     if tokenizer is not None:
@@ -21,9 +23,9 @@ def write_gguf(hf_model, path: Path, qtype: GGMLQuantizationType = GGMLQuantizat
         if name == "lm_head.weight" and cfg.tie_word_embeddings:
             continue
         array = tensor.float().numpy()
-        if arch == "llama" and ".q_proj." in name:
+        if arch != "qwen2" and ".q_proj." in name:  # llama.cpp's rotary layout for the Llama family
             array = permute_qk(array, cfg.num_attention_heads)
-        elif arch == "llama" and ".k_proj." in name:
+        elif arch != "qwen2" and ".k_proj." in name:
             array = permute_qk(array, cfg.num_key_value_heads)
         _add(writer, gguf_name(name), array, qtype if array.ndim == 2 else GGMLQuantizationType.F32)
     writer.write_header_to_file()

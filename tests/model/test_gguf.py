@@ -45,6 +45,14 @@ def test_f32_gguf_equals_hf_weights(tmp_path, model_type, overrides):
         torch.testing.assert_close(_logits(model, IDS), hf(torch.tensor([IDS])).logits[0], atol=1e-4, rtol=0)
 
 
+def test_a_gguf_filed_under_mistral_loads_as_one_filed_under_llama(tmp_path):
+    hf = make_hf_model("mistral")
+    model, config = load_model(write_gguf(hf, tmp_path / "m.gguf", arch="mistral"))
+    assert config.architecture == "mistral"
+    with torch.no_grad():
+        torch.testing.assert_close(_logits(model, IDS), hf(torch.tensor([IDS])).logits[0], atol=1e-4, rtol=0)
+
+
 def test_tied_embeddings_from_missing_output_tensor(tmp_path):
     hf = make_hf_model("llama", tie_word_embeddings=True)
     model, config = load_model(write_gguf(hf, tmp_path / "tied.gguf"))
