@@ -6,20 +6,10 @@ import shutil
 
 import pytest
 import torch
+from test_load_errors import _copy_with_weights
 
 from pagedllm.errors import ModelLoadError
 from pagedllm.model.loader import load_model
-
-
-def _copy_with_weights(tiny_llama_dir, target, change):
-    from safetensors.torch import load_file, save_file
-
-    shutil.copytree(tiny_llama_dir, target)
-    tensors = load_file(target / "model.safetensors")
-    (target / "model.safetensors").unlink()
-    for name, part in change(tensors).items():
-        save_file(part, target / name)
-    return target
 
 
 def test_a_checkpoint_with_rotary_inv_freq_buffers_loads(tmp_path, tiny_llama_dir):
