@@ -352,3 +352,24 @@ def test_finished_requests_release_their_streams() -> None:
         return streams
 
     assert run(main()) == {}
+
+
+def test_an_engine_that_fails_while_idle_is_noticed_without_a_request(monkeypatch) -> None:
+    """A tensor-parallel worker that dies while nothing runs: the server learns it at once, not at the next
+    request."""
+    import pagedllm.engine.async_engine as async_engine
+
+    monkeypatch.setattr(async_engine, "FAILURE_POLL", 0.02)
+
+    async def main() -> BaseException | None:
+        fake = FakeEngine(fake_config())
+        engine = AsyncEngine(fake)
+        engine.start()
+        fake.failure = RuntimeError("worker 1 died")
+        deadline = time.monotonic() + 5
+        while engine.fatal is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        await engine.stop()
+        return engine.fatal
+
+    assert str(run(main())) == "worker 1 died"
