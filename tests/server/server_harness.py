@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass
@@ -12,6 +13,14 @@ import uvicorn
 from pagedllm.engine.async_engine import AsyncEngine
 from pagedllm.engine.stats import EngineStats
 from pagedllm.entrypoints.openai_server import bind, build_server
+
+
+def parse_stream(lines: list[str]) -> tuple[list[dict], bool]:
+    """SSE data lines -> chunks, and whether the stream ended with [DONE]."""
+    data = [line[len("data: "):] for line in lines if line.startswith("data: ")]
+    assert all(line == "" or line.startswith("data: ") for line in lines), lines[:5]
+    done = bool(data) and data[-1] == "[DONE]"
+    return [json.loads(d) for d in data if d != "[DONE]"], done
 
 
 @dataclass

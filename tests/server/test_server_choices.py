@@ -3,14 +3,13 @@ its place in prompt order; a prompt scored with echo ends by length; a stream le
 
 from __future__ import annotations
 
-import json
 import time
 
 import httpx
 import pytest
 from conftest import fake_config
 from fake_serving_engine import FakeEngine
-from server_harness import RunningServer, start_server
+from server_harness import RunningServer, parse_stream, start_server
 
 MSG = [{"role": "user", "content": "hi"}]
 ROUTES = [("/v1/completions", {"prompt": "hi"}), ("/v1/chat/completions", {"messages": MSG})]
@@ -24,7 +23,9 @@ def http(server: RunningServer):
 
 def events(response: httpx.Response) -> list[dict]:
     assert response.status_code == 200, response.text
-    return [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")]
+    chunks, done = parse_stream(response.text.splitlines())
+    assert done, response.text[-200:]
+    return chunks
 
 
 def test_chat_logprobs_without_top_logprobs_give_the_sampled_tokens(http: httpx.Client) -> None:

@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import json
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from server_harness import RunningServer
+from server_harness import RunningServer, parse_stream
 
 CONCURRENT = 64
 DISCONNECTING = 16
 LONG = 200  # tokens a disconnecting request would produce if it were not aborted
-
-
-def parse_stream(lines: list[str]) -> tuple[list[dict], bool]:
-    """SSE data lines -> chunks, and whether the stream ended with [DONE]."""
-    data = [line[len("data: "):] for line in lines if line.startswith("data: ")]
-    assert all(line == "" or line.startswith("data: ") for line in lines), lines[:5]
-    done = bool(data) and data[-1] == "[DONE]"
-    return [json.loads(d) for d in data if d != "[DONE]"], done
 
 
 async def full_chat(client: httpx.AsyncClient, model: str, i: int) -> tuple[list[dict], bool]:

@@ -4,13 +4,11 @@ text prompt gets the BOS unless told not to, a chat's messages only when asked (
 
 from __future__ import annotations
 
-import json
-
 import httpx
 import pytest
 from conftest import fake_config
 from fake_serving_engine import FakeEngine, FakeTokenizer
-from server_harness import start_server
+from server_harness import parse_stream, start_server
 
 MSG = [{"role": "user", "content": "hi"}]
 BOS = 2
@@ -66,8 +64,8 @@ def test_the_echo_of_a_text_prompt_is_the_text_as_sent(http: httpx.Client, strea
     response = http.post("/v1/completions", json={"prompt": "hi", "max_tokens": 1, "echo": True, "stream": stream})
     assert response.status_code == 200, response.text
     if stream:
-        events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")]
-        text = "".join(e["choices"][0]["text"] for e in events if e["choices"])
+        chunks, _ = parse_stream(response.text.splitlines())
+        text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
     else:
         text = response.json()["choices"][0]["text"]
     assert text.startswith("hi"), text
