@@ -15,7 +15,7 @@ def config_from_gguf_metadata(meta: dict[str, Any]) -> ModelConfig:
         raise ModelLoadError(f"unsupported GGUF architecture {arch!r}; supported: {supported}")
 
     read = ConfigReader(meta, "GGUF metadata")
-    _check_gguf_rope(meta, arch)
+    _check_gguf_rope(meta, arch, read)
     num_heads = read.int(f"{arch}.attention.head_count")
     hidden = read.int(f"{arch}.embedding_length")
     head_dim = read.int(f"{arch}.attention.key_length", hidden // max(num_heads, 1))
@@ -42,9 +42,8 @@ def config_from_gguf_metadata(meta: dict[str, Any]) -> ModelConfig:
     )
 
 
-def _check_gguf_rope(meta: dict[str, Any], arch: str) -> None:
+def _check_gguf_rope(meta: dict[str, Any], arch: str, read: ConfigReader) -> None:
     """No rope scaling: llama.cpp takes a scaling factor without a type as linear scaling, which pagedllm has not."""
-    read = ConfigReader(meta, "GGUF metadata")
     scaling = meta.get(f"{arch}.rope.scaling.type")
     if scaling not in (None, "none"):
         raise ModelLoadError(f"unsupported GGUF rope scaling {scaling!r}")

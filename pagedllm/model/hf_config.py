@@ -22,7 +22,7 @@ def from_hf_dict(cfg: dict[str, Any]) -> ModelConfig:
     _refuse_unsupported_hf(cfg, arch, read)
     num_heads, hidden = read.int("num_attention_heads"), read.int("hidden_size")
     num_layers = read.int("num_hidden_layers")
-    sliding_window, max_window_layers = _hf_sliding_window(cfg, arch, num_layers)
+    sliding_window, max_window_layers = _hf_sliding_window(cfg, arch, num_layers, read)
     rope = _hf_rope(cfg)
     return ModelConfig(
         architecture=arch,
@@ -111,10 +111,9 @@ def _refuse_unsupported_hf(cfg: dict[str, Any], arch: str, read: ConfigReader) -
         raise ModelLoadError("config.json: attention_bias is not supported for llama (its o_proj bias)")
 
 
-def _hf_sliding_window(cfg: dict[str, Any], arch: str, num_layers: int) -> tuple[int | None, int]:
+def _hf_sliding_window(cfg: dict[str, Any], arch: str, num_layers: int, read: ConfigReader) -> tuple[int | None, int]:
     """(window, first layer with it), as transformers reads them: `layer_types` where given, else Mistral's
     `sliding_window` on every layer, Qwen2's on the layers from `max_window_layers` on when `use_sliding_window`."""
-    read = ConfigReader(cfg, "config.json")
     layer_types = cfg.get("layer_types")
     if arch == "llama":  # transformers' Llama has no sliding window
         return None, 0
