@@ -223,6 +223,11 @@ def steepen(batch: Batch, rising: bool) -> Batch:
         ramp = (torch.arange(len(k)) / 500).clamp(max=1) * 5.8
         ramp = 0.2 + ramp if rising else 6.0 - ramp
         k.copy_((k.float() * ramp[:, None, None]).to(k.dtype))
+    return rewrite_cache(batch)
+
+
+def rewrite_cache(batch: Batch) -> Batch:
+    """The batch's keys and values, changed by a test, written to its cache again."""
     lens = [len(k) for k in batch.keys]
     full = AttentionMetadata.build(batch.meta.block_tables.tolist(), [0] * len(lens), lens, batch.kv_cache.shape[3])
     write_kv(torch.cat(batch.keys), torch.cat(batch.values), batch.kv_cache, full.slot_mapping)
@@ -238,6 +243,62 @@ def test_bfloat16_scores_far_from_their_running_maximum(rising: bool, path: str)
     with attention_path(path):
         check(steepen(prompts, rising), tol=BF16_TOL)
         check(steepen(forked_batch(16, 3, 400, torch.bfloat16, seed=6), rising), tol=BF16_TOL)
+
+
+def scoring_far_below_zero(batch: Batch, depth: float) -> Batch:
+    """Every query row and key moved along one direction, queries against keys, so that every score is about
+    -depth. Softmax does not change under a shift, so the exact output is that of scores near 0; a running
+    maximum that started at 0 instead of -inf would turn every exp(score - max) into 0 and divide by 0."""
+    direction = torch.ones(batch.query.shape[-1]) / batch.query.shape[-1] ** 0.5
+    shift = direction * (depth / batch.scale) ** 0.5
+    for k in batch.keys:
+        k.copy_((0.05 * k.float() + shift).to(k.dtype))
+    batch.query = (0.05 * batch.query.float() - shift).to(batch.query.dtype)
+    return rewrite_cache(batch)
+
+
+@pytest.mark.parametrize("dtype,path", [(torch.float32, "widen"), (torch.bfloat16, "widen"), (torch.bfloat16, "dot")])
+def test_scores_all_far_below_zero(dtype: torch.dtype, path: str) -> None:
+    """A prompt (the many-row loop), decodes (the few-row loop) and a split decode, every score about -200."""
+    batch = scoring_far_below_zero(make_batch([(0, 40), (90, 1), (300, 1), (20, 3)], 8, 2, 16, 64, dtype, seed=3),
+                                   200.0)
+    keys = batch.keys[1].double().repeat_interleave(4, 1)
+    assert (torch.einsum("hd,khd->hk", batch.query[40].double(), keys) * batch.scale).max() < -150
+    tol = dict(rtol=1e-3, atol=1e-3) if dtype == torch.float32 else BF16_TOL  # scores of -200 lose float32 digits
+    with attention_path(path):
+        for partition_size in (0, 32):
+            check(batch, partition_size, tol)
+
+
+def test_split_whose_last_part_scores_far_above_the_others() -> None:
+    """The merge rescales by the maximum over all parts (merge.py's rule): a last part whose scores stand about
+    150 above the earlier parts' would otherwise be weighted by exp(150), past float32's range."""
+    batch = make_batch([(99, 1), (70, 1)], 4, 1, 16, 64, torch.float32, seed=11)
+    for query, keys, values in zip(batch.query, batch.keys, batch.values):
+        direction = query[0] / query[0].norm()
+        keys[-4:] = keys[-4:] * 0.01 + direction * (150 / batch.scale / query.norm(dim=-1).min())
+        values[-4:] *= 4
+    out = check(rewrite_cache(batch), partition_size=16, tol=dict(rtol=1e-4, atol=1e-4))
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("query_len", [1, 3])
+def test_odd_key_count_reads_nothing_left_by_an_earlier_call(query_len: int) -> None:
+    """bfloat16 pair dot products over few rows pair an odd copy's last key with a zero probability and a value
+    row that must be finite: the copy's own, never a row pointer an earlier call left in the thread's scratch
+    (here one into a cache full of NaN, which 0 x NaN would carry into the output)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # both calls on one thread, so one scratch
+    try:
+        with attention_path("dot"):
+            poisoned = make_batch([(64, 1), (200, 1)], 8, 2, 16, 64, torch.bfloat16, seed=12)
+            poisoned.kv_cache.fill_(float("nan"))
+            compiled_attention(poisoned.query, poisoned.kv_cache, poisoned.meta, poisoned.scale)
+            batch = make_batch([(33 - query_len, query_len), (5 - query_len, query_len)], 8, 2, 16, 64,
+                               torch.bfloat16, seed=13)
+            assert torch.isfinite(check(batch, tol=BF16_TOL)).all()
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("dtype,path", [(torch.float32, "widen")] + [(torch.bfloat16, p) for p in ATTENTION_PATHS])

@@ -46,6 +46,21 @@ def test_write_kv_equals_torch_on_strided_views(block_size: int, dtype: torch.dt
     assert not torch.equal(got, noisy_cache(num_blocks, block_size, dtype))  # it did write something
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_write_kv_with_key_and_value_strides_that_differ(dtype: torch.dtype) -> None:
+    """A contiguous key (as an out-of-place rotary leaves it) beside a value still inside the fused qkv: each is
+    read with its own token stride."""
+    key, value = qkv_views(20, dtype)
+    key = key.contiguous()
+    assert key.stride(0) != value.stride(0)
+    slots = torch.randperm(4 * 16, generator=torch.Generator().manual_seed(2))[:20]
+    expected = noisy_cache(4, 16, dtype)
+    got = expected.clone()
+    write_kv(key, value, expected, slots)
+    compiled_write_kv(key, value, got, slots)
+    assert torch.equal(got, expected)
+
+
 def test_write_kv_skips_every_minus_one_slot() -> None:
     cache = noisy_cache(4, 16, torch.float32)
     key, value = qkv_views(5, torch.float32)

@@ -43,9 +43,11 @@ def test_ties_pick_the_first_maximum_and_minus_infinity_counts_for_nothing(kerne
     assert kernels.greedy_summary(x)[0][0].item() == 11
 
 
-@pytest.mark.parametrize("places", [(47, 48, 100), (63, 64), (130, 2000, 49151), (5, 49151), (10, 49155), (49153, 49158)])
+@pytest.mark.parametrize("places", [(47, 48, 100), (63, 64), (130, 2000, 49151), (5, 49151), (10, 49155), (49153, 49158),
+                                    (5, 21, 37), (5, 37, 69), (5, 69, 133), (5, 133, 261)])  # fmt: skip
 def test_the_first_of_tied_maxima_wherever_they_fall(kernels, places: tuple[int, ...]) -> None:
-    """Ties in different lanes, vectors and passes of the vectorised maximum, and in the scalar tail."""
+    """Ties in different lanes, vectors and passes of the vectorised maximum, in the same lane of one chain of
+    vectors (16 to 128 apart, for AVX2 and AVX-512), and in the scalar tail."""
     x = logits(2, 49152 + 7, seed=len(places))
     x[:, list(places)] = 50.0
     x[1, places[-1] + 1 :] = -INF
@@ -164,6 +166,17 @@ def test_draws_equal_the_torch_paths(kernels, vocab: int, truncation: dict) -> N
     differs = got != expected
     assert not differs[~near_a_boundary(probs, u, expected)].any()
     assert (probs.gather(1, got[:, None]) > 0).all()  # never a masked or truncated token
+
+
+@pytest.mark.parametrize("truncation", [{}, {"top_p": 0.999999}, {"top_k": 950}], ids=str)
+def test_a_draw_at_the_top_of_u_never_takes_a_masked_token_after_the_last_live_one(kernels, truncation) -> None:
+    """The last tokens masked, as in a padded vocabulary: where float rounding leaves the walk short of its
+    target, the draw is the last token of probability above 0."""
+    x = logits(256, 1000)
+    x[:, 900:] = -INF
+    temperature = torch.rand(256, generator=torch.Generator().manual_seed(1)) + 0.5
+    tokens = draw(kernels, x, temperature, torch.full((256,), 1.0 - 2**-53, dtype=torch.float64), **truncation)
+    assert (tokens >= 0).all() and (tokens < 900).all()
 
 
 @pytest.mark.parametrize("truncation, kept", [({"top_p": 0.6, "min_p": 0.5}, [0]), ({"top_p": 0.7, "min_p": 0.5}, [0, 1]),

@@ -126,8 +126,9 @@ def test_stack_rejects_a_wrong_number_of_caches(model_dir) -> None:
     cos_sin = model.rotary.cos_sin(torch.tensor([0]), torch.float32)
     runner = ModelRunner(model, config, num_blocks=4, block_size=16, dtype=torch.float32, attention_impl="compiled")
     meta = runner.prepare([SeqInput([5], 0, [0])]).meta
-    with pytest.raises(RuntimeError, match="one KV cache per layer"):
-        model.stack(hidden, hidden.clone(), cos_sin, runner.kv_caches[:-1], meta)
+    for caches in (runner.kv_caches[:-1], runner.kv_caches + runner.kv_caches[:1]):  # one too few, one too many
+        with pytest.raises(RuntimeError, match="one KV cache per layer"):
+            model.stack(hidden, hidden.clone(), cos_sin, caches, meta)
 
 
 def test_stack_runs_the_first_layers_it_is_asked_for(model_dir) -> None:

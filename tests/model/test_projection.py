@@ -52,6 +52,12 @@ def test_linear_kernel_equals_linear(rows, out_features, in_features, bias):
 
 
 @needs_linear_kernel
+@pytest.mark.parametrize("rows", [129, 131, 383, 641])  # passes cut into blocks of unequal sizes
+def test_linear_kernel_covers_every_row_of_uneven_blocks(rows):
+    check_projection(rows, 50, 40, bias=True)
+
+
+@needs_linear_kernel
 def test_linear_kernel_takes_strided_rows_and_no_rows():
     torch.manual_seed(0)
     weight = torch.randn(50, 40)
