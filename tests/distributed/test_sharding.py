@@ -1,16 +1,20 @@
-"""Tensor-parallel arithmetic, without processes: which slice each rank holds, the step message, and the
-greedy reduction of vocabulary-parallel logits."""
+"""Tensor-parallel arithmetic, without processes: which slice each rank holds, the step message, the swaps a
+worker replays, and the greedy reduction of vocabulary-parallel logits."""
 
 import pytest
 import torch
 
+from pagedllm.attention.kv_cache import allocate_kv_caches
+from pagedllm.distributed.executor import MirroredSwapSpace
 from pagedllm.distributed.group import _combine, _summarise
 from pagedllm.distributed.message import Kind, StepMessage, SwapCall, SwapOp, decode, encode
 from pagedllm.distributed.sharded_load import take_slice
 from pagedllm.distributed.sharding import Shard, check_shardable, kv_head_range, local_config, slice_spec
+from pagedllm.distributed.worker import apply_swap
 from pagedllm.engine.model_runner import SeqInput
 from pagedllm.engine.sampler import SamplingRow
 from pagedllm.engine.step_logits import StepLogits, greedy_only
+from pagedllm.engine.swap import SwapSpace
 from pagedllm.errors import InvalidInputError
 from pagedllm.model.config import ModelConfig
 from pagedllm.sampling_params import SamplingParams
@@ -97,6 +101,38 @@ def test_the_step_message_round_trips() -> None:
     assert decode(encode(StepMessage(Kind.HEARTBEAT))) == StepMessage(Kind.HEARTBEAT)
     with pytest.raises(ValueError, match="ends early"):
         decode(encode(msg)[:-1])
+
+
+def test_a_step_message_with_words_past_its_end_is_refused() -> None:
+    with pytest.raises(ValueError, match="past its end"):
+        decode(encode(StepMessage(Kind.HEARTBEAT)) + [0])
+
+
+def test_rank_0s_swaps_replayed_on_a_worker_leave_it_in_the_same_state() -> None:
+    """Every save, restore and drop rank 0 makes reaches the workers as made (a block list the scheduler changes
+    afterwards does not change what was sent), and a worker that applies them holds what rank 0 holds: nothing,
+    once the swapped-out sequences were restored or dropped."""
+
+    def pool() -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        return [torch.randn(c.shape) for c in allocate_kv_caches(2, 8, 4, 1, 4, torch.float32)]
+
+    rank_0, worker = MirroredSwapSpace(SwapSpace(pool())), SwapSpace(pool())
+    blocks = [1, 2]
+    rank_0.save(7, blocks, 6)
+    blocks[:] = [5]  # the scheduler reuses its list
+    rank_0.save(8, [3], 2)
+    rank_0.restore(7, [4, 6])
+    rank_0.drop(8)
+    sent = decode(encode(StepMessage(Kind.STEP, swaps=rank_0.take_pending())))
+    assert [(c.op.name, c.seq_id, c.blocks, c.num_tokens) for c in sent.swaps] == [
+        ("SAVE", 7, [1, 2], 6), ("SAVE", 8, [3], 2), ("RESTORE", 7, [4, 6], 0), ("DROP", 8, [], 0)]  # fmt: skip
+    for call in sent.swaps:
+        apply_swap(worker, call)
+    assert len(worker) == len(rank_0) == 0
+    for a, b in zip(rank_0.local.kv_caches, worker.kv_caches):
+        assert torch.equal(a, b)
+    assert rank_0.take_pending() == []
 
 
 def test_greedy_summaries_give_the_whole_rows_argmax_and_logprob() -> None:

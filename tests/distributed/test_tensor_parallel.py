@@ -38,7 +38,7 @@ def test_size_2_logits_are_size_1s_within_1e_4(single, pair) -> None:
 
 
 def test_size_2_greedy_tokens_equal_size_1(single, pair) -> None:
-    long_prompts = [[(7 * i + j) % 380 + 3 for j in range(300)] for i in range(16)]  # a step of > 4096 words
+    long_prompts = [[(7 * i + j) % 380 + 3 for j in range(300)] for i in range(16)]  # several to a step
     for prompts in (PROMPTS, long_prompts):
         assert same_completions(completions(pair, prompts, GREEDY), completions(single, prompts, GREEDY))
 

@@ -1,5 +1,6 @@
 """Tensor-parallel faults: a killed or hung worker fails the requests with a clear error in bounded time,
-idle workers stay alive, and nothing is left running afterwards (checked by PID)."""
+idle workers stay alive, a killed rank 0 takes its workers with it, shutdown is prompt, and nothing is left
+running afterwards (checked by PID)."""
 
 import os
 import signal
@@ -9,6 +10,7 @@ import pytest
 from tp_helpers import alive, children, completions, make_llm
 
 from pagedllm import SamplingParams
+from pagedllm.engine.model_runner import SeqInput
 from pagedllm.errors import InvalidInputError, ModelLoadError, WorkerFailedError
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
@@ -51,8 +53,8 @@ def test_a_start_that_fails_after_the_workers_loaded_stops_them(tiny_llama_dir, 
 
 
 def test_an_interrupt_mid_step_fails_the_engine_at_once(tiny_llama_dir, monkeypatch) -> None:
-    """Ctrl-C between the step message and the all-reduces leaves the ranks out of step: the engine fails then
-    (its workers stopped), instead of hanging the next step for the whole timeout."""
+    """Ctrl-C between the step message and the all-reduces leaves the ranks out of step: the engine fails then,
+    its workers stopped at once, instead of hanging the next step for the whole timeout."""
     from pagedllm.distributed.group import RankGroup
 
     llm = make_llm(tiny_llama_dir, 2)
@@ -67,13 +69,13 @@ def test_an_interrupt_mid_step_fails_the_engine_at_once(tiny_llama_dir, monkeypa
             completions(llm, ["Hello"], GREEDY)
         monkeypatch.undo()
         assert llm.engine.failure is not None
+        _assert_gone([worker], within=3)  # stopped with the failure, not left in a collective until shutdown()
         start = time.monotonic()
         with pytest.raises(WorkerFailedError):
             completions(llm, ["Hello again"], GREEDY)
         assert time.monotonic() - start < 5
     finally:
         llm.engine.shutdown()
-    _assert_gone([worker])
 
 
 def test_a_killed_worker_fails_the_next_request_at_once(tiny_llama_dir) -> None:
@@ -91,6 +93,69 @@ def test_a_killed_worker_fails_the_next_request_at_once(tiny_llama_dir) -> None:
     finally:
         llm.engine.shutdown()
     _assert_gone([worker])
+
+
+def test_a_killed_idle_worker_is_the_engines_failure_before_any_step(tiny_llama_dir) -> None:
+    """engine.failure, which a server's health check reads, sees a dead worker without waiting for a step."""
+    llm = make_llm(tiny_llama_dir, 2)
+    try:
+        (worker,) = _workers(llm)
+        os.kill(worker, signal.SIGKILL)
+        _assert_gone([worker])
+        deadline = time.monotonic() + 5
+        while llm.engine.failure is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert f"rank 1 (pid {worker}) exited with code -9" in str(llm.engine.failure)
+    finally:
+        llm.engine.shutdown()
+
+
+def test_shutdown_is_prompt_every_worker_exits_with_0_and_later_steps_say_so(tiny_llama_dir) -> None:
+    llm = make_llm(tiny_llama_dir, 2)
+    completions(llm, ["Hello"], GREEDY)
+    workers = llm.engine.executor.workers
+    start = time.monotonic()
+    llm.engine.shutdown()
+    assert time.monotonic() - start < 5
+    assert [p.exitcode for p in workers.processes] == [0]
+    with pytest.raises(WorkerFailedError, match="was shut down"):
+        llm.engine.executor.execute([], [SeqInput([5], 0, [0])], [False])
+
+
+RANK_0_SCRIPT = """
+import sys, time
+from pagedllm import LLM
+if __name__ == "__main__":
+    llm = LLM(model=sys.argv[1], dtype="float32", num_blocks=64, block_size=4, tensor_parallel_size=2)
+    print("PIDS", *llm.engine.executor.workers.pids, flush=True)
+    time.sleep(120)
+"""
+
+
+def test_workers_exit_when_rank_0_is_killed(tiny_llama_dir, tmp_path) -> None:
+    """SIGKILL on rank 0 runs no shutdown and no atexit: the workers notice on their own, well before the step
+    timeout (60 s here) would end them."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "rank0.py"
+    script.write_text(RANK_0_SCRIPT)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PAGEDLLM_TP_TIMEOUT": "60"}
+    rank_0 = subprocess.Popen([sys.executable, str(script), str(tiny_llama_dir)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    workers: list[int] = []
+    try:
+        line = next((line for line in rank_0.stdout if line.startswith("PIDS")), "")
+        workers = [int(p) for p in line.split()[1:]]
+        assert workers, "rank 0 never reported its workers"
+        rank_0.kill()
+        rank_0.wait(10)
+        _assert_gone(workers, within=5)
+    finally:
+        rank_0.kill()
+        for pid in workers:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_a_hung_worker_fails_the_request_within_the_timeout(tiny_llama_dir, monkeypatch) -> None:
