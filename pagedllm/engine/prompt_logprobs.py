@@ -17,6 +17,7 @@ from pagedllm.engine.outputs import TokenLogprob
 from pagedllm.engine.sampler import vocabulary_ranks
 from pagedllm.engine.step import ScheduledSeq
 from pagedllm.engine.step_logits import StepLogits
+from pagedllm.engine.token_text import MAX_CHAR_TOKENS, TokenText
 
 
 def prompt_rows(s: ScheduledSeq) -> range:
@@ -29,7 +30,7 @@ def prompt_rows(s: ScheduledSeq) -> range:
 
 
 def record_prompt_logprobs(scheduled: list[ScheduledSeq], rows: list[range], logits: StepLogits,
-                           first_row: int, text_of: Callable[[int], str] | None = None) -> None:
+                           first_row: int, text_of: TokenText | None = None) -> None:
     """Append to each request the entries of its prompt rows; they start at logits row first_row, in order."""
     row = first_row
     for s, offsets in zip(scheduled, rows):
@@ -37,18 +38,21 @@ def record_prompt_logprobs(scheduled: list[ScheduledSeq], rows: list[range], log
             continue
         request = s.request
         positions = range(s.num_cached + offsets.start, s.num_cached + offsets.stop)
-        targets = request.prompt_token_ids[positions.start + 1 : positions.stop + 1]
+        prompt = request.prompt_token_ids
+        targets = prompt[positions.start + 1 : positions.stop + 1]
         full = logits.rows(list(range(row, row + len(offsets))))
-        shown = text_of if request.params.detokenize else None
-        request.prompt_logprobs.extend(token_logprobs(full, targets, request.params.prompt_logprobs, shown))
+        texts = None
+        if text_of is not None and request.params.detokenize:
+            texts = [text_of.in_context(prompt[max(0, p + 1 - MAX_CHAR_TOKENS) : p + 1]) for p in positions]
+        request.prompt_logprobs.extend(token_logprobs(full, targets, request.params.prompt_logprobs, texts))
         row += len(offsets)
 
 
 def token_logprobs(logits: torch.Tensor, targets: list[int], k: int,
-                   text_of: Callable[[int], str] | None = None) -> list[TokenLogprob]:
+                   texts: list[Callable[[int], str]] | None = None) -> list[TokenLogprob]:
     """Per row of float32 logits [rows, vocab]: the target token's logprob and rank, and the top-k (raw
-    log-softmax). The targets cross to the device in one copy and the results come back in one, as the
-    sampler's do."""
+    log-softmax); texts: per row, its tokens' texts. The targets cross to the device in one copy and the
+    results come back in one, as the sampler's do."""
     logprobs = torch.log_softmax(logits.float(), dim=-1)
     index = to_device(torch.tensor(targets, dtype=torch.long), logprobs.device, "sampling rows")
     top_values, top_ids = logprobs.topk(k, dim=-1)
@@ -59,5 +63,6 @@ def token_logprobs(logits: torch.Tensor, targets: list[int], k: int,
     host = to_host(torch.cat(parts, dim=1), "prompt logprobs")
     chosen, ranks = host[:, 0].tolist(), host[:, 1].long().tolist()
     values, ids = host[:, 2 : 2 + k].tolist(), host[:, 2 + k :].long().tolist()
+    texts = texts or [None] * len(targets)
     return [TokenLogprob(target, value, dict(zip(row_ids, row_values)), rank, text_of)
-            for target, value, rank, row_ids, row_values in zip(targets, chosen, ranks, ids, values)]  # fmt: skip
+            for target, value, rank, row_ids, row_values, text_of in zip(targets, chosen, ranks, ids, values, texts)]  # fmt: skip

@@ -2,16 +2,15 @@
 stop strings, and decodes the hypotheses of finished beam searches. Writes only Completions and the
 outcome; the scheduler applies the stops."""
 
-from collections.abc import Callable
-
 from pagedllm.engine.beam import BeamSearch
 from pagedllm.engine.detokenizer import Tokenizer, decode_after
 from pagedllm.engine.outcome import BeamChoice, SampledToken, StepOutcome
 from pagedllm.engine.outputs import CompletionOutput, TokenLogprob
+from pagedllm.engine.token_text import TokenText
 
 
-def detokenize(outcome: StepOutcome, tokenizer: Tokenizer, text_of: Callable[[int], str] | None = None) -> None:
-    """text_of: a token's text, for the logprobs entries to show (Logprob.decoded_token)."""
+def detokenize(outcome: StepOutcome, tokenizer: Tokenizer, text_of: TokenText | None = None) -> None:
+    """text_of: the tokens' texts, for the logprobs entries to show (Logprob.decoded_token)."""
     for token in outcome.tokens:
         _add_token(token, text_of)
     for choice in outcome.beams:
@@ -19,13 +18,15 @@ def detokenize(outcome: StepOutcome, tokenizer: Tokenizer, text_of: Callable[[in
             choice.request.final_outputs = _beam_outputs(choice, tokenizer)
 
 
-def _add_token(token: SampledToken, text_of: Callable[[int], str] | None) -> None:
+def _add_token(token: SampledToken, text_of: TokenText | None) -> None:
     completion = token.completion
     completion.cumulative_logprob += token.logprob
     shows_text = token.request.params.detokenize
     if completion.logprobs is not None:
+        # the sequence does not hold the token yet (with a fork: the parent it copies)
+        texts = text_of.in_context(token.seq.token_ids) if text_of is not None and shows_text else None
         completion.logprobs.append(TokenLogprob(token.token_id, token.logprob, token.top_logprobs or {}, token.rank,
-                                                text_of if shows_text else None))
+                                                texts))
     if shows_text:
         _add_text(token)
 

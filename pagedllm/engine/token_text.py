@@ -2,11 +2,15 @@
 Logprob.decoded_token)."""
 
 import functools
+import os
 import re
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from pagedllm.engine.detokenizer import REPLACEMENT_CHAR
 
 SPACE_MARKER = "\u2581"  # SentencePiece's "▁": a word's leading space in its vocabulary pieces
+MAX_CHAR_TOKENS = 4  # a UTF-8 character has at most 4 bytes, so it spans at most 4 tokens
 
 
 class TokenText:
@@ -24,6 +28,29 @@ class TokenText:
                 self._cache[token_id] = text
         return text
 
+    def in_context(self, context: Sequence[int]) -> Callable[[int], str]:
+        """Token id -> its text where it follows `context` (the tokens before it), as vLLM's decoded_token reads:
+        a token that leaves a character unfinished reads "", and the token that finishes it reads the whole
+        character, so that the texts of a completion's tokens join into its text."""
+        return functools.partial(self._after, tuple(context[-MAX_CHAR_TOKENS:]))
+
+    def _after(self, context: tuple[int, ...], token_id: int) -> str:
+        text = self(token_id)
+        if not text.endswith(REPLACEMENT_CHAR):
+            return text
+        for start in range(len(context) - 1, -1, -1):  # the shortest context that finishes the character
+            window = list(context[start:])
+            joined = self._tokenizer.decode(window + [token_id])
+            if joined.endswith(REPLACEMENT_CHAR):
+                continue
+            # the window's last tokens that left the character unfinished read "": their bytes are shown here
+            shown = len(window)
+            while shown and self(window[shown - 1]).endswith(REPLACEMENT_CHAR):
+                shown -= 1
+            before = self._tokenizer.decode(window[:shown]) if shown else ""
+            return joined[len(os.path.commonprefix([before, joined])) :]
+        return ""
+
     def _decode(self, token_id: int) -> str:
         """The token decoded alone, with the leading spaces a SentencePiece decoder strips from a text's start
         given back (a word's piece "▁the" reads " the" inside a text, as vLLM shows it too)."""
@@ -37,7 +64,7 @@ class TokenText:
         """The token's own bytes (OpenAI's `bytes`, for joining characters split across tokens): its text's where
         it reads whole, else its vocabulary piece's (a <0xNN> byte token, or a byte-level BPE piece's)."""
         text = self(token_id)
-        if "\ufffd" not in text:
+        if REPLACEMENT_CHAR not in text:
             return list(text.encode("utf-8"))
         piece = self._tokenizer.convert_ids_to_tokens(token_id)
         if match := re.fullmatch(r"<0x([0-9A-Fa-f]{2})>", piece or ""):

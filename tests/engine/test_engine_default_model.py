@@ -75,3 +75,20 @@ def test_a_stop_string_in_the_text_released_at_the_end_is_the_stop_reason(engine
         done += [o for o in engine.step() if o.finished]
     (completion,) = done[0].outputs
     assert (completion.text, completion.finish_reason, completion.stop_reason) == ("", "stop", " ")
+
+
+def test_logprob_texts_join_into_the_text_where_characters_span_tokens(engine):
+    """As vLLM's decoded_token: a token that leaves a character unfinished reads "", the one that finishes it the
+    whole character, so a completion's entries (and a prompt's) join into its text."""
+    prompt = engine.tokenizer.encode("Repeat: 你好世界 🚀🎉 café 日本語", add_special_tokens=False)
+    params = SamplingParams(temperature=0.0, max_tokens=24, logprobs=2, prompt_logprobs=1)
+    request_id = engine.add_request(None, prompt, params)
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            if out.finished and out.request_id == request_id:
+                final = out
+    completion = final.outputs[0]
+    texts = [entry[entry.token_id].decoded_token for entry in completion.logprobs]
+    assert "".join(texts) == completion.text and "" in texts
+    prompt_texts = [entry[entry.token_id].decoded_token for entry in final.prompt_logprobs[1:]]
+    assert "".join(prompt_texts) == engine.tokenizer.decode(prompt[1:]) and "" in prompt_texts

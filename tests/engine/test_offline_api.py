@@ -81,9 +81,12 @@ def test_sampled_tokens_logprobs_read_as_vllms_dicts_with_ranks(llm, hf_model):
     want = torch.log_softmax(logits.float(), dim=-1)
     for position, entry in enumerate(completion.logprobs):
         check_rank(want[position], entry)
-        text = llm.tokenizer.decode([entry.token_id])
+        text = entry[entry.token_id].decoded_token
         assert entry[entry.token_id] == Logprob(entry.logprob, entry.rank, text)
+        alone = llm.tokenizer.decode([entry.token_id])
+        assert text == alone or alone.endswith("\ufffd")  # "" or a whole character where one spans tokens
         assert entry == dict(entry) and dict(entry) == entry  # compares as the dict it reads as
+    assert "".join(entry[entry.token_id].decoded_token for entry in completion.logprobs) == completion.text
     assert any(entry.rank > 2 for entry in completion.logprobs)  # some fall outside the top 2
     assert completion.finished() and out.num_cached_tokens == out.metrics.num_cached_prompt_tokens
 
