@@ -63,6 +63,6 @@ def token_logprobs(logits: torch.Tensor, targets: list[int], k: int,
     host = to_host(torch.cat(parts, dim=1), "prompt logprobs")
     chosen, ranks = host[:, 0].tolist(), host[:, 1].long().tolist()
     values, ids = host[:, 2 : 2 + k].tolist(), host[:, 2 + k :].long().tolist()
-    texts = texts or [None] * len(targets)
+    rows = zip(targets, chosen, ranks, ids, values, texts or [None] * len(targets))
     return [TokenLogprob(target, value, dict(zip(row_ids, row_values)), rank, text_of)
-            for target, value, rank, row_ids, row_values, text_of in zip(targets, chosen, ranks, ids, values, texts)]  # fmt: skip
+            for target, value, rank, row_ids, row_values, text_of in rows]  # fmt: skip
