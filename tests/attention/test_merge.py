@@ -78,3 +78,28 @@ def test_merging_merges_is_associative() -> None:
     right = merge_partials(m[:, 2:], l[:, 2:], o[:, 2:])
     _, _, out = merge_partials(*(torch.stack(x, -1) for x in zip(left[:2], right[:2])), torch.stack([left[2], right[2]], -2))
     torch.testing.assert_close(out, full_softmax(scores, values))
+
+
+def test_a_row_with_no_kept_key_is_minus_inf_zero_and_zero() -> None:
+    """softmax_partial's promise for a fully masked row (m = -inf, l = 0, o = 0, not 0/0), which a caller that
+    merges without merge_partials' guard relies on."""
+    scores = torch.tensor([[1.0, 2.0, 3.0], [0.5, 0.25, 4.0]])
+    values = torch.arange(6.0).view(3, 2)
+    mask = torch.tensor([[True, True, False], [False, False, False]])
+    m, l, o = softmax_partial(scores, values, mask)
+    assert torch.isneginf(m[1]) and l[1] == 0 and torch.equal(o[1], torch.zeros(2))
+    torch.testing.assert_close(o[0], scores[0, :2].softmax(-1) @ values[:2])
+
+
+def test_a_merge_of_masked_parts_merges_again_as_a_masked_part() -> None:
+    """Its M is -inf, not 0: merged again beside a part whose scores all lie near -1000 (a long context's
+    partial), that part must keep its weight, where exp(-1000 - 0) would make it 0."""
+    gen = torch.Generator().manual_seed(5)
+    scores, values = torch.randn(2, 6, generator=gen) - 1000.0, torch.randn(6, 3, generator=gen)
+    masked = softmax_partial(scores[:, :2], values[:2], torch.zeros(2, 2, dtype=torch.bool))
+    empty = merge_partials(*(torch.stack([x, x], -1) for x in masked[:2]), torch.stack([masked[2]] * 2, -2))
+    assert torch.isneginf(empty[0]).all() and (empty[1] == 0).all()
+    far = softmax_partial(scores, values)
+    _, _, out = merge_partials(*(torch.stack([a, b], -1) for a, b in zip(empty[:2], far[:2])),
+                               torch.stack([empty[2], far[2]], -2))
+    torch.testing.assert_close(out.double(), full_softmax(scores, values), rtol=1e-5, atol=1e-5)

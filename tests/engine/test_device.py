@@ -192,6 +192,21 @@ def test_attention_on_cuda_is_triton_or_the_reference(monkeypatch):
         resolve_attention_impl("auto", 64, torch.bfloat16, CUDA)
 
 
+def test_auto_says_why_it_leaves_loaded_kernels_for_the_torch_path(caplog):
+    """A dtype the kernels have no path for (float16): "auto" takes the torch path and says why, the only hint
+    why such a model runs at the torch path's speed."""
+    import logging
+
+    from pagedllm.attention import resolve_attention_impl
+    from pagedllm.kernels import load_cpu_kernels
+
+    if load_cpu_kernels() is None:
+        pytest.skip("no compiled kernels here")
+    with caplog.at_level(logging.INFO, logger="pagedllm"):
+        assert resolve_attention_impl("auto", 64, torch.float16) == "fast"
+    assert any("no path for head_dim 64" in record.getMessage() for record in caplog.records)
+
+
 def test_cpu_attention_choice_is_unchanged_by_the_device_argument():
     from pagedllm.attention import resolve_attention_impl
 

@@ -227,3 +227,14 @@ def test_the_build_key_covers_the_cpu_flags_and_headers(monkeypatch, tmp_path):
     header = next(csrc.glob("*.h"))
     header.write_text(header.read_text() + "\n// changed\n")
     assert build.build_key(cxx) != here
+
+
+def test_copying_the_sources_again_leaves_the_copies_as_they_are(tmp_path: Path) -> None:
+    """Every load copies the sources into the build folder: a copy already there stays untouched, or its new
+    time would make ninja compile everything again at every process start (minutes)."""
+    def stamps(folder: Path) -> dict[str, tuple[int, int]]:
+        return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.iterdir()}
+
+    first = stamps(build._copy_sources(tmp_path / "src"))
+    assert {"paged_attention.cpp", "vec.h"} <= set(first) and not any(name.startswith(".") for name in first)
+    assert stamps(build._copy_sources(tmp_path / "src")) == first

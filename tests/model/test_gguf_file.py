@@ -1,5 +1,5 @@
 """GGUFFile reads what gguf's GGUFReader reads (metadata, tensor types, shapes, offsets and bytes), and refuses
-files that are not GGUF v2/v3, end early, repeat a key or give a bad alignment."""
+files that are not GGUF v2/v3, end early, repeat a key or a tensor name, or give a bad alignment."""
 
 import struct
 
@@ -60,3 +60,43 @@ def test_duplicate_keys_and_bad_alignments_raise(tmp_path, fields, message):
     path.write_bytes(_header(fields))
     with pytest.raises(ValueError, match=message):
         GGUFFile(path)
+
+
+def _two_tensors(first: str, second: str) -> bytes:
+    """A GGUF v3 file with two F32 tensors of 4 elements (no metadata), at data offsets 0 and 32."""
+    out = b"GGUF" + struct.pack("<IQQ", 3, 2, 0)
+    for name, offset in ((first, 0), (second, 32)):
+        out += struct.pack("<Q", len(name)) + name.encode() + struct.pack("<IQ", 1, 4) + struct.pack("<IQ", 0, offset)
+    out += b"\0" * (-len(out) % 32)
+    return out + np.arange(16, dtype=np.float32).tobytes() + b"\0" * 16
+
+
+def test_a_tensor_name_twice_is_refused(tmp_path):
+    """Which of the two would load? llama.cpp refuses such a file too."""
+    path = tmp_path / "m.gguf"
+    path.write_bytes(_two_tensors("a", "b"))
+    assert [t.name for t in GGUFFile(path).tensors] == ["a", "b"]  # the file is otherwise well formed
+    path.write_bytes(_two_tensors("a", "a"))
+    with pytest.raises(ValueError, match="a tensor name appears twice"):
+        GGUFFile(path)
+
+
+def test_a_tensor_gguf_cannot_dequantize_is_one_model_load_error(tmp_path, monkeypatch):
+    """gguf's dequantize raises ValueError (data not a whole number of blocks) as well as NotImplementedError
+    (a type it lacks): either is one ModelLoadError that names the tensor."""
+    import gguf.quants
+
+    from pagedllm.errors import ModelLoadError
+    from pagedllm.model.gguf_loader import dequantize
+
+    path = tmp_path / "m.gguf"
+    path.write_bytes(_two_tensors("a", "b"))
+    tensor = GGUFFile(path).tensors[0]
+    assert dequantize(tensor, path).tolist() == [0.0, 1.0, 2.0, 3.0]
+
+    def not_whole_blocks(data, qtype):
+        raise ValueError("Quantized data is not a multiple of the block size")
+
+    monkeypatch.setattr(gguf.quants, "dequantize", not_whole_blocks)
+    with pytest.raises(ModelLoadError, match=r"cannot dequantize a \(F32\)"):
+        dequantize(tensor, path)

@@ -48,7 +48,14 @@ def make_hf_model(model_type: str = "llama", seed: int = 0, **overrides: Any) ->
                  "mistral": transformers.MistralForCausalLM}[model_type]  # fmt: skip
     torch.manual_seed(seed)
     config = config_cls(**tiny_config_kwargs(**overrides))
-    return model_cls(config).eval()
+    model = model_cls(config).eval()
+    with torch.no_grad():  # transformers starts biases at 0 and norms at 1: a loader that dropped them would pass
+        for name, param in model.named_parameters():
+            if name.endswith(".bias"):
+                param.normal_(0.0, 0.5)
+            elif "norm" in name:
+                param.normal_(1.0, 0.2)
+    return model
 
 
 def make_tiny_tokenizer() -> Any:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import subprocess
+import sys
 import threading
 from types import SimpleNamespace
 
@@ -37,6 +39,33 @@ def test_call_returns_the_result_and_raises_the_error_on_the_caller() -> None:
     thread.run_forever(lambda: None)  # a loop that returns at once ends the thread
     thread.join(5)
     assert not thread.is_alive()
+
+
+def test_a_base_exception_of_a_call_reaches_its_caller_and_the_thread_goes_on() -> None:
+    """SystemExit, KeyboardInterrupt and asyncio.CancelledError are not Exceptions: one must not end the thread
+    and leave its caller waiting forever."""
+    thread, seen = EngineThread(), {}
+
+    def caller() -> None:
+        try:
+            thread.call(lambda: sys.exit(3))
+        except SystemExit as exc:
+            seen["code"] = exc.code
+
+    waiting = threading.Thread(target=caller, daemon=True)
+    waiting.start()
+    waiting.join(10)
+    assert seen == {"code": 3}
+    assert thread.call(lambda: 42) == 42
+    thread.run_forever(lambda: None)
+    thread.join(5)
+
+
+def test_an_idle_engine_thread_does_not_keep_the_process_alive() -> None:
+    """A program whose main thread ends exits, though the thread waits for jobs forever."""
+    script = "from pagedllm.engine.engine_thread import EngineThread; print(EngineThread().call(lambda: 7))"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "7", done.stderr
 
 
 def test_once_the_loop_is_handed_over_no_other_call_is_taken() -> None:
