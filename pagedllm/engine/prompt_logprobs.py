@@ -12,12 +12,13 @@ from collections.abc import Callable
 
 import torch
 
+from pagedllm.engine.detokenizer import MAX_CHAR_BYTES
 from pagedllm.engine.device import to_device, to_host
 from pagedllm.engine.outputs import TokenLogprob
 from pagedllm.engine.sampler import vocabulary_ranks
 from pagedllm.engine.step import ScheduledSeq
 from pagedllm.engine.step_logits import StepLogits
-from pagedllm.engine.token_text import MAX_CHAR_TOKENS, TokenText
+from pagedllm.engine.token_text import TokenText
 
 
 def prompt_rows(s: ScheduledSeq) -> range:
@@ -43,7 +44,7 @@ def record_prompt_logprobs(scheduled: list[ScheduledSeq], rows: list[range], log
         full = logits.rows(list(range(row, row + len(offsets))))
         texts = None
         if text_of is not None and request.params.detokenize:
-            texts = [text_of.in_context(prompt[max(0, p + 1 - MAX_CHAR_TOKENS) : p + 1]) for p in positions]
+            texts = [text_of.in_context(prompt[max(0, p + 1 - MAX_CHAR_BYTES) : p + 1]) for p in positions]
         request.prompt_logprobs.extend(token_logprobs(full, targets, request.params.prompt_logprobs, texts))
         row += len(offsets)
 

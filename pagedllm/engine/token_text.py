@@ -7,10 +7,9 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pagedllm.engine.detokenizer import REPLACEMENT_CHAR
+from pagedllm.engine.detokenizer import MAX_CHAR_BYTES, REPLACEMENT_CHAR
 
 SPACE_MARKER = "\u2581"  # SentencePiece's "▁": a word's leading space in its vocabulary pieces
-MAX_CHAR_TOKENS = 4  # a UTF-8 character has at most 4 bytes, so it spans at most 4 tokens
 
 
 class TokenText:
@@ -32,7 +31,8 @@ class TokenText:
         """Token id -> its text where it follows `context` (the tokens before it), as vLLM's decoded_token reads:
         a token that leaves a character unfinished reads "", and the token that finishes it reads the whole
         character, so that the texts of a completion's tokens join into its text."""
-        return functools.partial(self._after, tuple(context[-MAX_CHAR_TOKENS:]))
+        # a character spans at most MAX_CHAR_BYTES tokens
+        return functools.partial(self._after, tuple(context[-MAX_CHAR_BYTES:]))
 
     def _after(self, context: tuple[int, ...], token_id: int) -> str:
         text = self(token_id)
