@@ -6,7 +6,8 @@ spaces and merges decode as they would in the full sequence) and
 `read_offset..end` holds the tokens not yet turned into text. The new text is
 decode(window) minus decode(context); while it ends in U+FFFD (a UTF-8
 character split across byte tokens) it is held back until later tokens
-complete it, and dropped if none do.
+complete it, and dropped whole if none do (as vLLM drops it: a token that
+brings a space and a character's first byte shows neither).
 
 Stop strings are searched in the accumulated text. While streaming, any tail
 that could still grow into a stop string is held back, so partial stop text
@@ -94,24 +95,23 @@ class IncrementalDetokenizer:
         if token_id in self.stop_token_ids and not self.params.include_stop_str_in_output:
             return ""
         self.ids.append(token_id)
-        self._decoded += self._decode_new(flush=False)
+        self._decoded += self._decode_new()
         if self._num_output <= self.params.min_tokens:  # as vLLM: a stop string ends past the first min_tokens
             self._stop_after = len(self._decoded)
         return self._advance(final=False)
 
     def finish(self) -> str:
-        """End of the completion: flush whatever was held back and return it; a character its last tokens leave
-        incomplete is dropped, as vLLM drops it, not shown as U+FFFD."""
+        """End of the completion: flush the text held back for stop strings and return it. The text of last
+        tokens that leave a character incomplete is dropped, as vLLM drops it, not shown as U+FFFD."""
         if self._final is not None:
             return ""
-        self._decoded += self._decode_new(flush=True).rstrip(REPLACEMENT_CHAR)
         return self._advance(final=True)
 
-    def _decode_new(self, flush: bool) -> str:
+    def _decode_new(self) -> str:
         skip = self.params.skip_special_tokens
         context = self.tokenizer.decode(self.ids[self.prefix_offset : self.read_offset], skip_special_tokens=skip)
         window = self.tokenizer.decode(self.ids[self.prefix_offset :], skip_special_tokens=skip)
-        if len(window) <= len(context) or (window.endswith(REPLACEMENT_CHAR) and not flush):
+        if len(window) <= len(context) or window.endswith(REPLACEMENT_CHAR):
             return ""  # nothing new yet, or a character still split across tokens
         self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
         return window[len(context) :]

@@ -248,10 +248,19 @@ def test_decode_after_reads_the_ids_as_they_follow_the_prompt(byte_fallback):
 
 
 def test_a_character_left_incomplete_at_the_end_is_dropped(tokenizer):
-    """As vLLM: the output stops inside a character (max_tokens); its first bytes are not shown as U+FFFD."""
+    """As vLLM: the output stops inside a character (max_tokens); its first bytes are not shown as U+FFFD, and
+    neither is the space that came in the same token (vLLM shows a token's text only once it is whole)."""
     ids = tokenizer.encode(" ok 😀", add_special_tokens=False)
+    assert tokenizer.convert_ids_to_tokens(ids[1:]) == ["ĠðŁĺ", "Ģ"]  # the space and the emoji's first bytes
     detok, deltas = stream(tokenizer, ids[:-1], SamplingParams())
-    assert "".join(deltas) == detok.text == " ok "
+    assert "".join(deltas) == detok.text == " ok"
+
+
+def test_text_held_back_for_a_character_is_dropped_whole_at_the_end(tokenizer):
+    """Two tokens of text, each ending inside a character, held back together and dropped together."""
+    ok, space_and_first_bytes = tokenizer.encode(" ok 😀", add_special_tokens=False)[:2]
+    detok, deltas = stream(tokenizer, [ok, space_and_first_bytes, space_and_first_bytes], SamplingParams())
+    assert "".join(deltas) == detok.text == " ok"
 
 
 def test_a_beam_hypothesis_reads_as_it_follows_the_prompt(byte_fallback):

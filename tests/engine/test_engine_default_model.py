@@ -64,17 +64,20 @@ def test_32_mixed_requests_batched_equal_alone_and_transformers(engine, hf_model
         assert batched[i] == out[0, len(prompt):].tolist(), f"request {i} differs from transformers"
 
 
-@pytest.mark.parametrize("max_tokens", [1, 2, 3])
-def test_a_stop_string_in_the_text_released_at_the_end_is_the_stop_reason(engine, max_tokens):
-    """The first token here is a space and the first bytes of an emoji: its text is held back until the
-    character completes or the output ends. Ended by length, the released text still holds the stop string."""
+@pytest.mark.parametrize(
+    ("max_tokens", "ending"), [(1, ("", "length", None)), (2, ("", "length", None)), (3, ("", "stop", " "))]
+)
+def test_text_held_back_for_a_character_shows_only_once_the_character_is_whole(engine, max_tokens, ending):
+    """The first token here is a space and the first bytes of an emoji, the third token ends the emoji. Cut before
+    that, the output drops the space with the bytes, and the stop string " " never shows; with the whole
+    character it does. vLLM 0.32 gives these three endings for this prompt."""
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, stop=[" "])
     engine.add_request("flush", "Emoji story: 🐶 🐱 🐭", params)
     done = []
     while engine.has_unfinished_requests():
         done += [o for o in engine.step() if o.finished]
     (completion,) = done[0].outputs
-    assert (completion.text, completion.finish_reason, completion.stop_reason) == ("", "stop", " ")
+    assert (completion.text, completion.finish_reason, completion.stop_reason) == ending
 
 
 def test_logprob_texts_join_into_the_text_where_characters_span_tokens(engine):
