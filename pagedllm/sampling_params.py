@@ -9,6 +9,7 @@ from pagedllm.errors import InvalidInputError
 
 MAX_LOGPROBS = 20
 MAX_LOGIT_BIAS = 100  # as OpenAI bounds it
+MAX_BAD_WORDS = 128  # as vLLM bounds their token sequences (engine/bad_words.py): each is checked every step
 # Temperature and repetition penalty divide float32 logits: past these bounds (a temperature of 0 apart) the
 # quotient overflows or underflows float32 and sampling turns to NaN.
 MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-6, 1e6
@@ -46,6 +47,7 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     logit_bias: dict[int, float] | None = None  # token id -> added to its logit before sampling, -100..100
     allowed_token_ids: list[int] | None = None  # only these tokens may be sampled (logprobs stay the model's own)
+    bad_words: list[str] | None = None  # words never sampled, as vLLM bans them (engine/bad_words.py)
     truncate_prompt_tokens: int | None = None  # keep the prompt's last N tokens (-1: max_model_len), as vLLM does
     use_beam_search: bool = False
     beam_width: int | None = None  # defaults to n with beam search
@@ -62,6 +64,7 @@ class SamplingParams:
         self._check_penalties()
         self._check_logit_bias()
         self._check_allowed_tokens()
+        self._check_bad_words()
         self._check_stops()
         self._check_beam()
 
@@ -184,6 +187,16 @@ class SamplingParams:
         for t in self.allowed_token_ids:
             _check(is_int(t) and t >= 0, "allowed_token_ids", "must contain integers >= 0", t)
 
+    def _check_bad_words(self) -> None:
+        words = self.bad_words
+        if words is None:
+            return
+        _check(isinstance(words, (list, tuple)), "bad_words", "must be a list of strings", words)
+        _check(len(words) <= MAX_BAD_WORDS, "bad_words", f"may hold at most {MAX_BAD_WORDS} words", len(words))
+        for word in words:
+            _check(isinstance(word, str) and word.strip() != "", "bad_words", "must contain words (not blank)", word)
+        self.bad_words = list(dict.fromkeys(words))
+
     def _check_logit_bias(self) -> None:
         bias = self.logit_bias
         _check(bias is None or isinstance(bias, dict), "logit_bias", "must map token ids to numbers", bias)
@@ -228,6 +241,7 @@ class SamplingParams:
         _check(not self.has_logit_bias, "logit_bias", "is not supported with use_beam_search", self.logit_bias)
         _check(not self.restricts_tokens, "allowed_token_ids", "is not supported with use_beam_search",
                self.allowed_token_ids)
+        _check(not self.bad_words, "bad_words", "is not supported with use_beam_search", self.bad_words)
         _check(not self.has_penalties, "presence_penalty/frequency_penalty/repetition_penalty",
                "must be off (0 / 0 / 1.0) with use_beam_search",
                (self.presence_penalty, self.frequency_penalty, self.repetition_penalty))

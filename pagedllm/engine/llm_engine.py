@@ -13,6 +13,7 @@ from typing import Any
 
 from pagedllm.checks import is_int
 from pagedllm.config import EngineConfig
+from pagedllm.engine.bad_words import bad_word_spellings
 from pagedllm.engine.device import resolve_device
 from pagedllm.engine.kv_snapshot import kv_snapshot
 from pagedllm.engine.executor import Executor, LocalExecutor
@@ -223,6 +224,9 @@ class LLMEngine:
                           ("allowed_token_ids", params.allowed_token_ids or [])):
             if outside := [t for t in ids if t >= vocab]:
                 raise InvalidInputError(f"{name} must name tokens below the vocabulary size {vocab}; got {outside[:3]}")
+        bad_words = bad_word_spellings(self.tokenizer, params.bad_words, vocab) if params.bad_words else []
+        if params.restricts_tokens and set(params.allowed_token_ids) <= {s[0] for s in bad_words if len(s) == 1}:
+            raise InvalidInputError("allowed_token_ids are all bad_words: no token could be sampled")
         return Request(
             request_id=request_id,
             prompt=prompt,
@@ -230,6 +234,7 @@ class LLMEngine:
             params=params,
             max_total_len=self.scheduler.check_request(len(token_ids), width, params.max_tokens),
             extra_keys=(self.model_name,) + (() if cache_salt is None else ("salt", cache_salt)),
+            bad_word_spellings=bad_words,
         )
 
     def warm_up(self, num_tokens: int = 32) -> None:

@@ -82,7 +82,7 @@ class OutputStage:
         """Per logits row of the step: whether its sampling needs only the greedy pick (see StepLogits)."""
         return [
             not s.request.params.use_beam_search
-            and greedy_only(SamplingRow(s.request.params, None, s.request.prompt_token_ids, s.seq.output_ids))
+            and greedy_only(_sampling_row(s.request, s.seq, None))
             for s in step.logits_seqs()
         ]
 
@@ -91,8 +91,7 @@ class OutputStage:
         results: list[SampleResult | None] = [logits.greedy.get(t.row) for t in targets]
         todo = [targets[i] for i, result in enumerate(results) if result is None]
         if todo:
-            rows = [SamplingRow(t.request.params, t.completion.generator, t.request.prompt_token_ids, t.seq.output_ids)
-                    for t in todo]  # fmt: skip
+            rows = [_sampling_row(t.request, t.seq, t.completion.generator) for t in todo]
             picked = logits.rows([t.row for t in todo])
             fresh = iter(sample(picked, rows, self.eos_token_ids))
             results = [result if result is not None else next(fresh) for result in results]
@@ -122,6 +121,10 @@ class OutputStage:
         if len(seq.token_ids) + 1 >= request.max_total_len:
             return "length", None
         return None, None
+
+
+def _sampling_row(request: Request, seq: Sequence, generator: torch.Generator | None) -> SamplingRow:
+    return SamplingRow(request.params, generator, request.prompt_token_ids, seq.output_ids, request.bad_word_spellings)
 
 
 def _beam_step(request: Request, items: list[tuple[Sequence, int]], logits: StepLogits) -> BeamStep:

@@ -1,6 +1,6 @@
 """Sampler: turns one step's logits into one token per row (plus beam-search candidates).
 
-Order per row: logit bias -> penalties -> min_tokens masking -> (greedy argmax) or
+Order per row: allowed tokens -> logit bias -> penalties -> bad words -> min_tokens masking -> (greedy argmax) or
 temperature -> min-p -> top-k -> top-p (renormalised among what min-p and top-k leave, as vLLM
 orders them) -> inverse-CDF draw.
 
@@ -19,10 +19,11 @@ sampled ids and their logprobs back, a second the top logprobs when asked.
 """
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from pagedllm.engine.bad_words import ban_bad_words
 from pagedllm.engine.device import to_device, to_host
 from pagedllm.kernels import load_cpu_kernels
 from pagedllm.sampling_params import SamplingParams
@@ -34,6 +35,7 @@ class SamplingRow:
     generator: torch.Generator | None  # None: draws from torch's default generator
     prompt_ids: list[int]
     output_ids: list[int]
+    bad_word_spellings: list[list[int]] = field(default_factory=list)  # engine/bad_words.py
 
 
 @dataclass(slots=True)
@@ -73,6 +75,7 @@ def sample(logits: torch.Tensor, rows: list[SamplingRow], eos_token_ids: set[int
     log_z, picks = _log_normaliser(raw)  # [N, 1]: raw logprob = raw logit - log_z
     if any(changes_logits(r) for r in rows):
         logits = apply_penalties(apply_logit_bias(keep_allowed_tokens(logits.clone(), rows), rows), rows)
+        ban_bad_words(logits, [r.bad_word_spellings for r in rows], [r.output_ids for r in rows])
         mask_stop_tokens(logits, rows, eos_token_ids)
         picks = None  # the raw logits' argmax no longer holds
     tokens = torch.empty(len(rows), dtype=torch.long, device=logits.device)
@@ -104,10 +107,10 @@ def _log_normaliser(raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | Non
 
 
 def changes_logits(row: SamplingRow) -> bool:
-    """Whether the row's logits are changed before its pick: allowed tokens, a logit bias, penalties, or stop
-    tokens masked (min_tokens)."""
+    """Whether the row's logits are changed before its pick: allowed tokens, a logit bias, penalties, bad words,
+    or stop tokens masked (min_tokens)."""
     params = row.params
-    return (params.restricts_tokens or params.has_logit_bias or params.has_penalties
+    return (params.restricts_tokens or params.has_logit_bias or params.has_penalties or bool(row.bad_word_spellings)
             or len(row.output_ids) < params.min_tokens)
 
 

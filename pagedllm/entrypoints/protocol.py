@@ -62,6 +62,7 @@ class _SamplingFields(_Body):
     add_special_tokens: bool | None = None  # vLLM's: the tokenizer's BOS/EOS (default: yes for a prompt, no for chat)
     truncate_prompt_tokens: int | None = None  # vLLM's: keep the prompt's last N tokens (-1: max_model_len)
     allowed_token_ids: list[int] | None = None  # vLLM's: only these tokens may be sampled
+    bad_words: list[str] | None = None  # vLLM's: words never sampled
     truncation_side: Literal["left"] | None = None
     # vLLM extras this server does not take: declared so that they are refused, not dropped as unknown
     use_beam_search: bool | None = None
@@ -71,7 +72,6 @@ class _SamplingFields(_Body):
     guided_regex: Any = None
     guided_choice: Any = None
     guided_grammar: Any = None
-    bad_words: Any = None
     logprob_token_ids: Any = None
     return_tokens_as_token_ids: Any = None
     return_token_ids: Any = None
@@ -86,7 +86,6 @@ class _SamplingFields(_Body):
         for name, reason in {"use_beam_search": "beam search is offline only (LLM.generate)",
                              "structured_outputs": guided, "guided_json": guided, "guided_regex": guided,
                              "guided_choice": guided, "guided_grammar": guided,
-                             "bad_words": "not implemented",
                              "logprob_token_ids": "logprobs give the top-k only",
                              "return_tokens_as_token_ids": "not implemented", "return_token_ids": "not implemented",
                              **why}.items():
@@ -105,6 +104,7 @@ class _SamplingFields(_Body):
             "skip_special_tokens": self.skip_special_tokens,
             "include_stop_str_in_output": self.include_stop_str_in_output, "logit_bias": self._logit_bias(),
             "allowed_token_ids": self.allowed_token_ids, "truncate_prompt_tokens": self.truncate_prompt_tokens,
+            "bad_words": self.bad_words,
         }
         optional = ("temperature", "top_p", "top_k", "min_p", "presence_penalty",
                     "frequency_penalty", "repetition_penalty")

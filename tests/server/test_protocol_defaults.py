@@ -80,3 +80,10 @@ def test_a_message_reaches_the_template_with_only_the_fields_it_has() -> None:
     """A template that tests `"name" in message` must not see the fields left out, as None."""
     (message,) = ChatCompletionRequest(messages=MESSAGES).template_messages()
     assert message == {"role": "user", "content": "hi"}
+
+
+def test_bad_words_reach_the_sampling_params() -> None:
+    words = ["two words", "one"]
+    assert CompletionRequest(prompt="x", bad_words=words).to_sampling_params().bad_words == words
+    assert ChatCompletionRequest(messages=MESSAGES, bad_words=words).to_sampling_params().bad_words == words
+    assert CompletionRequest(prompt="x").to_sampling_params().bad_words is None
