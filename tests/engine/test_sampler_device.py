@@ -57,6 +57,15 @@ def test_greedy_rows_take_the_argmax(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_bad_words_mask_their_tokens_where_the_logits_are(device):
+    logits = logits_for(1, 2, device)
+    best, second = logits.topk(2).indices.T.tolist()
+    rows = [SamplingRow(SamplingParams(temperature=0.0), None, [], [7], [[best[0]]]),  # one token: always banned
+            SamplingRow(SamplingParams(temperature=0.0), None, [], [7], [[7, best[1]]])]  # banned right after 7
+    assert [r.token_id for r in sample(logits, rows, set())] == second
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_one_copy_back_per_step_and_one_more_for_top_logprobs(device):
     logits = logits_for(1, 3, device)
     rows = [SamplingRow(KINDS[k], make_generator(1, k, device), [], []) for k in (0, 3, 5)]
