@@ -61,6 +61,18 @@ def test_size_2_applies_logit_bias_as_size_1(single, pair) -> None:
     assert same_completions(two, one)
 
 
+def test_size_2_bans_bad_words_as_size_1(single, pair) -> None:
+    free = completions(single, PROMPTS[:1], GREEDY)[0][0][0]
+    tokenizer = single.get_tokenizer()
+    texts = [tokenizer.decode([t]).lstrip() for t in free]
+    encodes = [tokenizer.encode(text, add_special_tokens=False) for text in texts]
+    word = next(text for t, text, ids in zip(free, texts, encodes) if ids == [t])  # written unasked, reads as itself
+    params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True, bad_words=[word])
+    one, two = (completions(llm, PROMPTS[:1], params) for llm in (single, pair))
+    assert one[0][0][0] != free
+    assert same_completions(two, one)
+
+
 def test_one_tensor_parallel_engine_per_process(tiny_llama_dir, pair) -> None:
     with pytest.raises(InvalidInputError, match="already running in this process"):
         make_llm(tiny_llama_dir, 2)
