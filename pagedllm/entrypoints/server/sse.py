@@ -9,10 +9,16 @@ from pagedllm.entrypoints.protocol import StreamOptions
 
 DONE = "data: [DONE]\n\n"
 HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+# Line ends to Python's str.splitlines (and so to httpx's iter_lines) that JSON leaves unescaped: a model's text
+# holding one would split the event's line for such clients. Escaped, the JSON reads the same.
+_SPLITLINES_ESCAPES = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
 
 def event(payload: dict[str, Any]) -> str:
-    return f"data: {json.dumps(payload, separators=(',', ':'), ensure_ascii=False)}\n\n"
+    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    if not text.isascii():
+        text = text.translate(_SPLITLINES_ESCAPES)
+    return f"data: {text}\n\n"
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
