@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from pagedllm.bench.sse_lines import sse_lines
 from pagedllm.bench.workloads import BenchRequest
 from pagedllm.errors import UserFacingError
 
@@ -85,7 +86,7 @@ def request_body(index: int, req: BenchRequest, opts: ClientOptions) -> dict[str
 
 async def sse_payloads(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
     """The JSON payloads of a server-sent event stream, up to `data: [DONE]`."""
-    async for line in response.aiter_lines():
+    async for line in sse_lines(response):
         if not line.startswith("data:"):
             continue
         data = line[5:].strip()

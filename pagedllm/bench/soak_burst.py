@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from pagedllm.bench.sse_lines import sse_lines
+
 # Bodies every server must refuse with a 4xx (raw JSON, so that it can hold what json.dumps won't write).
 BAD_BODIES: list[tuple[str, bytes]] = [
     ("/v1/completions", b'{"prompt": "a\\ud800b", "max_tokens": 4}'),
@@ -74,7 +76,7 @@ async def _stream(client: httpx.AsyncClient, plan: BurstPlan, i: int, hang_up_af
 
 async def _read_stream(response: httpx.Response, i: int, hang_up_after: int | None, result: BurstResult) -> None:
     events = 0
-    async for line in response.aiter_lines():
+    async for line in sse_lines(response):
         if not line.startswith("data: "):
             continue
         events += 1
