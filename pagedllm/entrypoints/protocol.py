@@ -227,12 +227,22 @@ class ChatCompletionRequest(_SamplingFields, _TemplateFields):
     functions: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None  # only "none" / "auto": there are no tools
     function_call: str | dict[str, Any] | None = None
-    echo: bool | None = None  # refused
+    echo: bool = False  # vLLM's: the answer starts with the last message's text where that is the assistant's
+
+    def echoed_text(self) -> str:
+        """What echo puts before each choice's text: the last message's, where it is an assistant message (as
+        with continue_final_message), its text parts joined by newlines; else nothing."""
+        last = self.messages[-1]
+        if not self.echo or last.role != "assistant" or not last.content:
+            return ""
+        if isinstance(last.content, str):
+            return last.content
+        return "\n".join(part.text or "" for part in last.content)
 
     def to_sampling_params(self, defaults: dict[str, Any] | None = None) -> SamplingParams:
         """defaults: the model's sampling defaults (LLMEngine.sampling_defaults), its max_tokens included."""
         defaults = defaults or {}
-        self._refuse_unsupported(echo="not for chat", prompt_logprobs="use /v1/completions with echo and logprobs")
+        self._refuse_unsupported(prompt_logprobs="use /v1/completions with echo and logprobs")
         self.check_template_fields()
         if self.functions:
             raise InvalidInputError("functions (function calling) are not supported")

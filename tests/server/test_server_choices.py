@@ -48,6 +48,35 @@ def test_a_scored_prompt_ends_by_length_even_if_the_hidden_token_stops(http: htt
     assert (choice["text"], choice["finish_reason"], choice["stop_reason"]) == ("hello there", "length", None)
 
 
+CONTINUED = [{"role": "user", "content": "Say hello."}, {"role": "assistant", "content": "Hello, wor"}]
+CONTINUE = {"messages": CONTINUED, "max_tokens": 4, "temperature": 0, "ignore_eos": True,
+            "add_generation_prompt": False, "continue_final_message": True}
+
+
+def test_a_chat_echo_starts_each_answer_with_the_assistant_message_it_continues(http: httpx.Client) -> None:
+    """As vLLM's echo: the last message's text, where it is the assistant's, comes first (as a chunk of its own
+    after the role when streamed); the rest is the answer without echo."""
+    plain = http.post("/v1/chat/completions", json=CONTINUE).json()["choices"][0]["message"]["content"]
+    echoed = http.post("/v1/chat/completions", json=CONTINUE | {"echo": True, "n": 2}).json()["choices"]
+    assert echoed[0]["message"]["content"] == "Hello, wor" + plain
+    assert echoed[1]["message"]["content"].startswith("Hello, wor")
+    chunks = events(http.post("/v1/chat/completions", json=CONTINUE | {"echo": True, "stream": True}))
+    assert chunks[1]["choices"][0]["delta"] == {"content": "Hello, wor"}
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]) == echoed[0][
+        "message"]["content"]
+
+
+def test_a_chat_echo_adds_nothing_after_a_user_message_and_joins_text_parts(http: httpx.Client) -> None:
+    body = {"messages": MSG, "max_tokens": 3, "temperature": 0, "ignore_eos": True}
+    plain = http.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]["content"]
+    assert http.post("/v1/chat/completions", json=body | {"echo": True}).json()["choices"][0]["message"][
+        "content"] == plain
+    parts = [{"type": "text", "text": "Hello,"}, {"type": "text", "text": "wor"}]
+    continued = CONTINUE | {"echo": True, "messages": [CONTINUED[0], {"role": "assistant", "content": parts}]}
+    content = http.post("/v1/chat/completions", json=continued).json()["choices"][0]["message"]["content"]
+    assert content.startswith("Hello,\nwor")
+
+
 def test_choices_follow_the_prompts_order_not_their_finishing_order(server: RunningServer, http: httpx.Client) -> None:
     context = server.async_engine.max_model_len
     # max_tokens left out (16): the first prompt runs 16 tokens, the second only the 4 its context leaves

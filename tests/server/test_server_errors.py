@@ -56,7 +56,7 @@ CASES = [
     ("/v1/completions", {"prompt": "x", "use_beam_search": True, "n": 2}, 400, "use_beam_search"),
     ("/v1/completions", {"prompt": "x", "prompt_logprobs": 1}, 400, "prompt_logprobs"),
     ("/v1/chat/completions", {"messages": MSG, "chat_template": "{{ 1 }}"}, 400, "chat_template"),
-    ("/v1/chat/completions", {"messages": MSG, "echo": True}, 400, "echo"),
+    ("/v1/chat/completions", {"messages": MSG, "echo": "yes"}, 400, "echo"),
     ("/v1/chat/completions", {"messages": MSG, "prompt_logprobs": 0}, 400, "prompt_logprobs"),
     ("/v1/chat/completions", {"messages": MSG, "continue_final_message": True}, 400, "continue_final_message"),
     ("/v1/completions", {"prompt": "x", "logit_bias": {"5": 101}}, 400, "logit_bias"),

@@ -60,6 +60,7 @@ class _View:
 
     def __init__(self, body: ChatCompletionRequest, submission: Submission, n: int, text_of: TokenText) -> None:
         self.body, self.submission, self.n, self.text_of = body, submission, n, text_of
+        self.echo = body.echoed_text()
         self.usage = sse.ChunkUsage(body.stream_options, submission.prompt_lengths)
 
     def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
@@ -72,7 +73,7 @@ class _View:
         return chat_logprobs(entries, self.text_of)
 
     def response(self, final: RequestOutput) -> dict[str, Any]:
-        choices = [{"index": c.index, "message": {"role": "assistant", "content": c.text},
+        choices = [{"index": c.index, "message": {"role": "assistant", "content": self.echo + c.text},
                     "logprobs": self._logprobs(c.logprobs), "finish_reason": c.finish_reason,
                     "stop_reason": c.stop_reason} for c in sorted(final.outputs, key=lambda c: c.index)]
         usage = sse.usage(len(final.prompt_token_ids), sum(len(c.token_ids) for c in final.outputs))
@@ -102,6 +103,9 @@ class _View:
             for index in range(self.n):
                 yield self._chunk({"index": index, "delta": {"role": "assistant", "content": ""},
                                    "logprobs": None, "finish_reason": None})
+            for index in range(self.n if self.echo else 0):
+                yield self._chunk({"index": index, "delta": {"content": self.echo}, "logprobs": None,
+                                   "finish_reason": None})
             async for output in self.submission.outputs():
                 for delta in tracker.deltas(0, output):
                     for chunk in self._delta_chunks(delta):
