@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from pagedllm.errors import InvalidInputError
+from pagedllm.model.chat_template import message_text
 from pagedllm.sampling_params import MAX_REPETITION_PENALTY, MAX_TEMPERATURE, MIN_REPETITION_PENALTY, SamplingParams
 
 Prompt = str | list[int] | list[str] | list[list[int]]  # the batch forms are capped in prompts()
@@ -230,14 +231,12 @@ class ChatCompletionRequest(_SamplingFields, _TemplateFields):
     echo: bool = False  # vLLM's: the answer starts with the last message's text where that is the assistant's
 
     def echoed_text(self) -> str:
-        """What echo puts before each choice's text: the last message's, where it is an assistant message (as
-        with continue_final_message), its text parts joined by newlines; else nothing."""
+        """What echo puts before each choice's text: the last message's, as the template read it, where it is an
+        assistant message (as with continue_final_message); else nothing."""
         last = self.messages[-1]
-        if not self.echo or last.role != "assistant" or not last.content:
+        if not self.echo or last.role != "assistant":
             return ""
-        if isinstance(last.content, str):
-            return last.content
-        return "\n".join(part.text or "" for part in last.content)
+        return message_text(last.as_template_dict()["content"])
 
     def to_sampling_params(self, defaults: dict[str, Any] | None = None) -> SamplingParams:
         """defaults: the model's sampling defaults (LLMEngine.sampling_defaults), its max_tokens included."""

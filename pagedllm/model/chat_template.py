@@ -64,10 +64,11 @@ def _template_message(message: dict[str, Any]) -> dict[str, Any]:
     role = message.get("role")
     if not isinstance(role, str):
         raise InvalidInputError(f"messages: every message needs a string 'role', got {role!r}")
-    return {**message, "role": "system" if role == "developer" else role, "content": _text(message.get("content"))}
+    return {**message, "role": "system" if role == "developer" else role, "content": message_text(message.get("content"))}
 
 
-def _text(content: Any) -> str:
+def message_text(content: Any) -> str:
+    """A message's content as the template reads it: a string, or its text parts joined by newlines."""
     if content is None or isinstance(content, str):
         return content or ""
     if not isinstance(content, list):
