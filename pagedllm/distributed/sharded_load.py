@@ -18,12 +18,9 @@ def read_model_config(path: str | Path) -> ModelConfig:
         from pagedllm.model.hf_loader import read_hf_config
 
         return read_hf_config(path)
-    from pagedllm.model.config import naming
-    from pagedllm.model.gguf_config import config_from_gguf_metadata
-    from pagedllm.model.gguf_loader import open_gguf, read_metadata
+    from pagedllm.model.gguf_loader import open_gguf, read_gguf_config
 
-    with naming(path):
-        return config_from_gguf_metadata(read_metadata(open_gguf(path)))
+    return read_gguf_config(open_gguf(path), path)
 
 
 def load_shard(

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pagedllm.errors import ModelLoadError
+from pagedllm.model.rope import LinearRope, RopeScaling
 
 # HF model_type / GGUF general.architecture -> whether q/k/v projections carry biases (transformers' Qwen2
 # always has them and Mistral never, whatever a config.json says; a Llama with them is refused).
@@ -24,21 +25,6 @@ def naming(file: Path) -> Iterator[None]:
         if file.name in message:
             raise ModelLoadError(message.replace(file.name, str(file), 1)) from None
         raise ModelLoadError(f"{file}: {message}") from None
-
-
-@dataclass(slots=True, frozen=True)
-class RopeScaling:
-    """Llama-3 style frequency scaling (rope_type "llama3")."""
-
-    factor: float
-    low_freq_factor: float
-    high_freq_factor: float
-    original_max_position_embeddings: int
-
-    def __post_init__(self) -> None:
-        if (self.factor <= 0 or self.low_freq_factor <= 0 or self.high_freq_factor <= self.low_freq_factor
-                or self.original_max_position_embeddings <= 0):
-            raise ModelLoadError(f"invalid llama3 rope scaling {self}")
 
 
 @dataclass(slots=True)
@@ -88,9 +74,13 @@ class ModelConfig:
 
     @property
     def context_limit(self) -> int:
-        """The longest sequence pagedllm runs this model for: its max_position_embeddings, and within a sliding
-        window where it has one (pagedllm's attention has no window)."""
-        return min(self.max_position_embeddings, self.sliding_window or self.max_position_embeddings)
+        """The longest sequence pagedllm runs this model for: its max_position_embeddings (times the factor of a
+        linear rope scaling, as vLLM derives it), and within a sliding window where it has one (pagedllm's attention
+        has no window)."""
+        positions = self.max_position_embeddings
+        if isinstance(self.rope_scaling, LinearRope):
+            positions = int(positions * self.rope_scaling.factor)
+        return min(positions, self.sliding_window or positions)
 
     @property
     def eos_token_id(self) -> int | None:

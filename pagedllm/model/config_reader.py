@@ -34,11 +34,19 @@ class ConfigReader:
             raise self._wrong(key, value, "an integer")
         return value
 
-    def float(self, key: str, default: Any = REQUIRED) -> float:
+    def float(self, key: str, default: Any = REQUIRED) -> Any:
         value = self._get(key, default)
+        if value is None:  # an optional field left out
+            return None
         if not (is_int(value) or isinstance(value, float)) or not math.isfinite(value):
             raise self._wrong(key, value, "a finite number")
         return float(value)
+
+    def str(self, key: str, default: Any = REQUIRED) -> Any:
+        value = self._get(key, default)
+        if value is not default and not isinstance(value, str):
+            raise self._wrong(key, value, "a string")
+        return value
 
     def bool(self, key: str, default: bool) -> bool:
         value = self._get(key, default)

@@ -5,23 +5,30 @@ from typing import Any
 from pagedllm.errors import ModelLoadError
 from pagedllm.model.config import SUPPORTED_ARCHITECTURES, ModelConfig
 from pagedllm.model.config_reader import ConfigReader
+from pagedllm.model.rope import FrequencyFactorsRope, LinearRope, RopeScaling, YarnRope, yarn_attention_factor
+
+# llama.cpp's YaRN settings beyond factor, original context and betas (DeepSeek's and others' variants)
+_YARN_VARIANT_KEYS = ("attn_factor", "yarn_attn_factor", "yarn_log_multiplier", "yarn_ext_factor")
 
 
-def config_from_gguf_metadata(meta: dict[str, Any]) -> ModelConfig:
-    """From GGUF key/values (already decoded to Python values), e.g. `llama.block_count`."""
+def config_from_gguf_metadata(meta: dict[str, Any], rope_freqs: tuple[float, ...] | None = None) -> ModelConfig:
+    """From GGUF key/values (already decoded to Python values), e.g. `llama.block_count`; `rope_freqs`: the file's
+    rope_freqs tensor, if it has one."""
     arch = meta.get("general.architecture")
     if arch not in SUPPORTED_ARCHITECTURES:
         supported = ", ".join(sorted(SUPPORTED_ARCHITECTURES))
         raise ModelLoadError(f"unsupported GGUF architecture {arch!r}; supported: {supported}")
 
     read = ConfigReader(meta, "GGUF metadata")
-    _check_gguf_rope(meta, arch, read)
     num_heads = read.int(f"{arch}.attention.head_count")
     hidden = read.int(f"{arch}.embedding_length")
     head_dim = read.int(f"{arch}.attention.key_length", hidden // max(num_heads, 1))
     if read.int(f"{arch}.rope.dimension_count", head_dim) != head_dim:
         raise ModelLoadError(f"GGUF metadata: rotary over {meta[f'{arch}.rope.dimension_count']} of the head's "
                              f"{head_dim} dimensions is not supported")
+    if rope_freqs is not None and len(rope_freqs) != head_dim // 2:
+        raise ModelLoadError(f"rope_freqs holds {len(rope_freqs)} factors; the head's rotary has {head_dim // 2} "
+                             "frequencies")
     return ModelConfig(
         architecture=arch,
         vocab_size=read.int(f"{arch}.vocab_size", len(meta.get("tokenizer.ggml.tokens") or [])),
@@ -33,6 +40,7 @@ def config_from_gguf_metadata(meta: dict[str, Any]) -> ModelConfig:
         head_dim=head_dim,
         rms_norm_eps=read.float(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5),
         rope_theta=read.float(f"{arch}.rope.freq_base", 10000.0),
+        rope_scaling=_gguf_rope_scaling(meta, arch, read, rope_freqs),
         max_position_embeddings=read.int(f"{arch}.context_length", 2048),
         tie_word_embeddings=False,  # the loader sets this when the file has no output.weight
         attention_bias=SUPPORTED_ARCHITECTURES[arch],
@@ -42,12 +50,24 @@ def config_from_gguf_metadata(meta: dict[str, Any]) -> ModelConfig:
     )
 
 
-def _check_gguf_rope(meta: dict[str, Any], arch: str, read: ConfigReader) -> None:
-    """No rope scaling: llama.cpp takes a scaling factor without a type as linear scaling, which pagedllm has not."""
-    scaling = meta.get(f"{arch}.rope.scaling.type")
-    if scaling not in (None, "none"):
-        raise ModelLoadError(f"unsupported GGUF rope scaling {scaling!r}")
-    for key in (f"{arch}.rope.scaling.factor", f"{arch}.rope.scale_linear"):
-        factor = read.float(key, 1.0)
-        if scaling is None and factor not in (0.0, 1.0):  # llama.cpp reads 0 as "not set"
-            raise ModelLoadError(f"unsupported GGUF rope scaling: {key} = {factor} (linear scaling)")
+def _gguf_rope_scaling(meta: dict[str, Any], arch: str, read: ConfigReader,
+                       rope_freqs: tuple[float, ...] | None) -> RopeScaling | None:
+    """As llama.cpp reads it: per-frequency factors from a rope_freqs tensor (Llama 3.1+), or `rope.scaling.type`
+    linear (also a factor given without a type, or the older `rope.scale_linear`) or yarn."""
+    kind = read.str(f"{arch}.rope.scaling.type", None)
+    factor = next((f for key in ("rope.scaling.factor", "rope.scale_linear")
+                   if (f := read.float(f"{arch}.{key}", 0.0)) not in (0.0, 1.0)), 1.0)  # 0: not set # fmt: skip
+    if kind in (None, "none") and factor == 1.0:
+        return None if rope_freqs is None or set(rope_freqs) == {1.0} else FrequencyFactorsRope(rope_freqs)
+    if rope_freqs is not None:
+        raise ModelLoadError(f"GGUF metadata: a rope_freqs tensor together with rope scaling {kind or 'linear'!r} is "
+                             "not supported")
+    if kind in (None, "linear"):
+        return LinearRope(factor)
+    if kind != "yarn":
+        raise ModelLoadError(f"unsupported GGUF rope scaling {kind!r}; supported: linear, yarn")
+    if variant := [key for key in _YARN_VARIANT_KEYS if f"{arch}.rope.scaling.{key}" in meta]:
+        raise ModelLoadError(f"GGUF metadata: unsupported yarn rope scaling setting {arch}.rope.scaling.{variant[0]}")
+    original = read.int(f"{arch}.rope.scaling.original_context_length", read.int(f"{arch}.context_length", 2048))
+    betas = (read.float(f"{arch}.rope.scaling.yarn_beta_fast", 32.0), read.float(f"{arch}.rope.scaling.yarn_beta_slow", 1.0))
+    return YarnRope(factor, original, yarn_attention_factor(factor), *betas)

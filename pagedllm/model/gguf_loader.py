@@ -33,6 +33,7 @@ _LAYER_NAMES = {
 _LAYER_RE = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 # llama.cpp permutes the Q/K rows of these architectures for its interleaved rotary; qwen2 it leaves alone.
 _PERMUTED_ARCHS = ("llama", "mistral")
+_ROPE_FREQS = "rope_freqs.weight"  # Llama 3.1+'s rope scaling as llama.cpp stores it: a divisor per frequency
 
 
 def hf_name(gguf_name: str) -> str | None:
@@ -80,17 +81,14 @@ def read_gguf_with_blocks(
     from gguf import GGMLQuantizationType as Q
 
     reader = open_gguf(path)
-    with naming(Path(path)):
-        config = config_from_gguf_metadata(read_metadata(reader))
-    names = {t.name for t in reader.tensors}
-    config.tie_word_embeddings = "output.weight" not in names
+    config = read_gguf_config(reader, Path(path))
     state_dict: dict[str, torch.Tensor] = {}
     blocks: dict[str, StoredBlocks] = {}
     for tensor in reader.tensors:
         name = hf_name(tensor.name)
+        if tensor.name == _ROPE_FREQS:
+            continue  # in the config
         if name is None:
-            if tensor.name == "rope_freqs.weight":
-                raise ModelLoadError(f"{path}: rope_freqs tensors (Llama-3.1 rope scaling in GGUF) are not supported")
             raise ModelLoadError(f"{path}: unsupported tensor {tensor.name!r} for architecture {config.architecture}")
         kind = {Q.Q4_1: "q4_1", Q.Q8_0: "q8_0"}.get(tensor.tensor_type)
         if kind is not None and len(tensor.shape) == 2:  # the blocks' own dequantization: gguf's, in half the time
@@ -102,6 +100,19 @@ def read_gguf_with_blocks(
             array = dequantize(tensor, path)
         state_dict[name] = torch.from_numpy(_restore_rows(name, array, config))
     return config, state_dict, blocks
+
+
+def read_gguf_config(reader: GGUFFile, path: Path) -> ModelConfig:
+    """The model's config from the file's metadata, its rope_freqs tensor and whether it has an output tensor."""
+    tensors = {t.name: t for t in reader.tensors}
+    rope_freqs = None
+    if _ROPE_FREQS in tensors:
+        factors = dequantize(tensors[_ROPE_FREQS], path).reshape(-1)
+        rope_freqs = tuple(float(f) for f in factors)
+    with naming(path):
+        config = config_from_gguf_metadata(read_metadata(reader), rope_freqs)
+    config.tie_word_embeddings = "output.weight" not in tensors
+    return config
 
 
 def open_gguf(path: Path) -> GGUFFile:

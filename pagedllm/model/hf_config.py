@@ -4,8 +4,9 @@ back: what transformers reads, with its defaults, and a refusal for what pagedll
 from typing import Any
 
 from pagedllm.errors import ModelLoadError
-from pagedllm.model.config import SUPPORTED_ARCHITECTURES, ModelConfig, RopeScaling
+from pagedllm.model.config import SUPPORTED_ARCHITECTURES, ModelConfig
 from pagedllm.model.config_reader import ConfigReader
+from pagedllm.model.rope import Llama3Rope, LinearRope, RopeScaling, YarnRope, yarn_attention_factor
 
 # transformers' defaults where a config.json leaves these out.
 _HF_RMS_NORM_EPS = 1e-6
@@ -24,6 +25,7 @@ def from_hf_dict(cfg: dict[str, Any]) -> ModelConfig:
     num_layers = read.int("num_hidden_layers")
     sliding_window, max_window_layers = _hf_sliding_window(cfg, arch, num_layers, read)
     rope = _hf_rope(cfg)
+    max_positions = read.int("max_position_embeddings", _HF_MAX_POSITIONS[arch])
     return ModelConfig(
         architecture=arch,
         vocab_size=read.int("vocab_size"),
@@ -35,8 +37,8 @@ def from_hf_dict(cfg: dict[str, Any]) -> ModelConfig:
         head_dim=read.int("head_dim", hidden // max(num_heads, 1)),
         rms_norm_eps=read.float("rms_norm_eps", _HF_RMS_NORM_EPS),
         rope_theta=ConfigReader(rope, "config.json rope parameters").float("rope_theta", 10000.0),
-        rope_scaling=_rope_scaling(rope),
-        max_position_embeddings=read.int("max_position_embeddings", _HF_MAX_POSITIONS[arch]),
+        rope_scaling=_rope_scaling(rope, max_positions),
+        max_position_embeddings=max_positions,
         tie_word_embeddings=read.bool("tie_word_embeddings", False),
         attention_bias=SUPPORTED_ARCHITECTURES[arch],
         sliding_window=sliding_window,
@@ -51,10 +53,7 @@ def to_hf_dict(config: ModelConfig) -> dict[str, Any]:
     hf_class = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
     rope: dict[str, Any] = {"rope_type": "default", "rope_theta": config.rope_theta}
     if config.rope_scaling is not None:
-        s = config.rope_scaling
-        rope = {"rope_type": "llama3", "rope_theta": config.rope_theta, "factor": s.factor,
-                "low_freq_factor": s.low_freq_factor, "high_freq_factor": s.high_freq_factor,
-                "original_max_position_embeddings": s.original_max_position_embeddings}  # fmt: skip
+        rope = {**config.rope_scaling.hf_parameters(config.rope_theta), "rope_theta": config.rope_theta}
     out: dict[str, Any] = {
         "architectures": [hf_class[config.architecture]],
         "model_type": config.architecture,
@@ -172,16 +171,23 @@ def _rope_kind(rope: dict[str, Any]) -> str:
     return str(kind)
 
 
-def _rope_scaling(rope: dict[str, Any]) -> RopeScaling | None:
+def _rope_scaling(rope: dict[str, Any], max_positions: int) -> RopeScaling | None:
+    """As transformers reads them: a llama3 or yarn scaling without original_max_position_embeddings takes
+    max_position_embeddings."""
     kind = _rope_kind(rope)
     if kind == "default":
         return None
-    if kind != "llama3":
-        raise ModelLoadError(f"unsupported rope scaling type {kind!r}; supported: default, llama3")
-    read = ConfigReader(rope, "config.json llama3 rope scaling")
-    return RopeScaling(
-        factor=read.float("factor"),
-        low_freq_factor=read.float("low_freq_factor"),
-        high_freq_factor=read.float("high_freq_factor"),
-        original_max_position_embeddings=read.int("original_max_position_embeddings"),
-    )
+    if kind not in ("linear", "llama3", "yarn"):
+        raise ModelLoadError(f"unsupported rope scaling type {kind!r}; supported: default, linear, llama3, yarn")
+    read = ConfigReader(rope, f"config.json {kind} rope scaling")
+    if kind == "linear":
+        return LinearRope(read.float("factor"))
+    original = read.int("original_max_position_embeddings", max_positions)
+    if kind == "llama3":
+        return Llama3Rope(read.float("factor"), read.float("low_freq_factor"), read.float("high_freq_factor"),
+                          original)  # fmt: skip
+    factor = read.float("factor")
+    default_attention = yarn_attention_factor(factor, read.float("mscale", None), read.float("mscale_all_dim", None))
+    return YarnRope(factor, original, read.float("attention_factor", default_attention),
+                    read.float("beta_fast", None) or 32.0, read.float("beta_slow", None) or 1.0,
+                    read.bool("truncate", True))  # fmt: skip

@@ -17,6 +17,7 @@ def save_hf_dir(model: torch.nn.Module, config: ModelConfig, out: Path, tokenize
     read them instead; config.json comes last, so that a conversion that failed midway leaves none."""
     from safetensors.torch import save_file
 
+    hf_config = to_hf_dict(config)  # first: a config that config.json cannot hold leaves nothing written
     out.mkdir(parents=True, exist_ok=True)
     _remove_old_weights(out)
     # clone: fused q/k/v and gate/up parameters are views into one tensor, which safetensors refuses
@@ -29,7 +30,7 @@ def save_hf_dir(model: torch.nn.Module, config: ModelConfig, out: Path, tokenize
     if tokenizer is not None:
         written += [Path(p) for p in tokenizer.save_pretrained(out) if Path(p).is_file()]
     written.append(out / "config.json")
-    _write_json(written[-1], to_hf_dict(config) | {"torch_dtype": _dtype_name(next(iter(tensors.values())).dtype)})
+    _write_json(written[-1], hf_config | {"torch_dtype": _dtype_name(next(iter(tensors.values())).dtype)})
     return sorted(set(written))
 
 

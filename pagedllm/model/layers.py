@@ -1,6 +1,5 @@
 """Building blocks of a Llama-family decoder: RMSNorm, rotary embeddings, SwiGLU MLP."""
 
-import math
 from collections.abc import Mapping
 
 import torch
@@ -8,8 +7,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from pagedllm.model import compiled_ops
-from pagedllm.model.config import ModelConfig, RopeScaling
+from pagedllm.model.config import ModelConfig
 from pagedllm.model.projection import GatedProjection, Projection
+from pagedllm.model.rope import rope_attention_factor, rope_inv_freq
 from pagedllm.model.stored_blocks import EMPTY_BLOCKS, StoredBlocks, stack_blocks
 
 
@@ -30,39 +30,19 @@ class RMSNorm(nn.Module):
         return self.weight * x32.to(x.dtype)
 
 
-def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
-    """[head_dim / 2] float32 inverse frequencies, Llama-3 scaled when the config asks for it."""
-    dim = config.head_dim
-    exponents = torch.arange(0, dim, 2, dtype=torch.int64, device="cpu").float() / dim
-    inv_freq = 1.0 / (config.rope_theta**exponents)
-    if config.rope_scaling is not None:
-        inv_freq = _llama3_scale(inv_freq, config.rope_scaling)
-    return inv_freq
-
-
-def _llama3_scale(inv_freq: torch.Tensor, s: RopeScaling) -> torch.Tensor:
-    """Long wavelengths are divided by `factor`, short ones kept, the band between interpolated."""
-    wavelen = 2 * math.pi / inv_freq
-    low_freq_wavelen = s.original_max_position_embeddings / s.low_freq_factor
-    high_freq_wavelen = s.original_max_position_embeddings / s.high_freq_factor
-    smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) / (
-        s.high_freq_factor - s.low_freq_factor
-    )
-    blended = (1 - smooth) * inv_freq / s.factor + smooth * inv_freq
-    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / s.factor, blended)
-    return torch.where(wavelen < high_freq_wavelen, inv_freq, scaled)
-
-
 class RotaryEmbedding:
     """cos/sin for arbitrary per-token positions (not an nn.Module: nothing to load)."""
 
     def __init__(self, config: ModelConfig) -> None:
-        self.inv_freq = rope_inv_freq(config)  # [head_dim / 2] float32
+        self.inv_freq = rope_inv_freq(config.rope_theta, config.head_dim, config.rope_scaling)  # [head_dim / 2]
+        self.attention_factor = rope_attention_factor(config.rope_scaling)
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """positions: [T] int64 -> cos, sin: [T, 1, head_dim] in `dtype` (broadcast over heads)."""
         freqs = positions.float().unsqueeze(1) * self.inv_freq.unsqueeze(0)  # [T, d/2]
         emb = torch.cat((freqs, freqs), dim=-1).unsqueeze(1)  # [T, 1, d]
+        if self.attention_factor != 1.0:
+            return (emb.cos() * self.attention_factor).to(dtype), (emb.sin() * self.attention_factor).to(dtype)
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
 

@@ -10,15 +10,19 @@ from pagedllm.model.gguf_loader import gguf_name, permute_qk
 
 
 def write_gguf(hf_model, path: Path, qtype: GGMLQuantizationType = GGMLQuantizationType.F32, tokenizer=None,
-               arch: str | None = None) -> Path:
+               arch: str | None = None, rope_freqs: np.ndarray | None = None) -> Path:
     """2-D weights stored as `qtype` (F32, F16 or a quantized type such as Q8_0); norms and biases as F32. `arch`:
-    the file's general.architecture (by default llama's, where llama.cpp files Mistral too; qwen2's own)."""
+    the file's general.architecture (by default llama's, where llama.cpp files Mistral too; qwen2's own);
+    `rope_freqs`: a rope_freqs tensor of one's own."""
     cfg = hf_model.config
     arch = arch or (cfg.model_type if cfg.model_type == "qwen2" else "llama")
     writer = GGUFWriter(path, arch)
     _write_metadata(writer, cfg)
     if tokenizer is not None:
         _write_tokenizer(writer, tokenizer)
+    _write_rope_scaling(writer, hf_model)
+    if rope_freqs is not None:
+        writer.add_tensor("rope_freqs.weight", rope_freqs.astype(np.float32))
     for name, tensor in hf_model.state_dict().items():
         if name == "lm_head.weight" and cfg.tie_word_embeddings:
             continue
@@ -59,6 +63,28 @@ def _write_metadata(writer: GGUFWriter, cfg) -> None:
     writer.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
     writer.add_bos_token_id(cfg.bos_token_id)
     writer.add_eos_token_id(cfg.eos_token_id)
+
+
+def _write_rope_scaling(writer: GGUFWriter, hf_model) -> None:
+    """As llama.cpp's converter writes them: llama3 as a rope_freqs tensor of per-frequency divisors (transformers'
+    plain frequencies over its scaled ones), linear and yarn as metadata."""
+    from gguf import RopeScalingType
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    cfg = hf_model.config
+    rope = cfg.rope_parameters
+    kind = rope["rope_type"]
+    if kind == "llama3":
+        scaled, _ = ROPE_INIT_FUNCTIONS["llama3"](cfg, "cpu")
+        plain = 1.0 / (rope["rope_theta"] ** (np.arange(0, cfg.head_dim, 2, dtype=np.int64).astype(np.float32) / cfg.head_dim))
+        writer.add_tensor("rope_freqs.weight", (plain / scaled.numpy()).astype(np.float32))
+    elif kind in ("linear", "yarn"):
+        writer.add_rope_scaling_type(RopeScalingType.LINEAR if kind == "linear" else RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(rope["factor"])
+        if kind == "yarn":
+            writer.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+    elif kind != "default":
+        raise ValueError(f"no GGUF form for rope scaling {kind!r}")
 
 
 def _write_tokenizer(writer: GGUFWriter, tokenizer) -> None:

@@ -3,9 +3,10 @@
 import pytest
 
 from pagedllm.errors import ModelLoadError
-from pagedllm.model.config import ModelConfig, RopeScaling
+from pagedllm.model.config import ModelConfig
 from pagedllm.model.gguf_config import config_from_gguf_metadata
 from pagedllm.model.hf_config import from_hf_dict, to_hf_dict
+from pagedllm.model.rope import Llama3Rope
 
 BASE = {"model_type": "llama", "vocab_size": 100, "hidden_size": 64, "intermediate_size": 128,
         "num_hidden_layers": 2, "num_attention_heads": 4}  # fmt: skip
@@ -22,7 +23,7 @@ def test_v4_and_v5_rope_spellings_agree():
     v4 = from_hf_dict({**BASE, "rope_theta": 5e5, "rope_scaling": LLAMA3})
     v5 = from_hf_dict({**BASE, "rope_parameters": {**LLAMA3, "rope_theta": 5e5}})
     assert v4 == v5
-    assert v4.rope_theta == 5e5 and v4.rope_scaling == RopeScaling(8.0, 1.0, 4.0, 8192)
+    assert v4.rope_theta == 5e5 and v4.rope_scaling == Llama3Rope(8.0, 1.0, 4.0, 8192)
 
 
 def test_qwen2_has_biases_and_eos_list():
@@ -38,7 +39,13 @@ def test_round_trip_through_hf_dict():
 @pytest.mark.parametrize(
     "change,message",
     [({"model_type": "gpt2"}, "unsupported architecture"), ({"num_key_value_heads": 3}, "not a multiple"),
-     ({"rope_scaling": {"rope_type": "yarn", "factor": 2.0}}, "unsupported rope scaling"),
+     ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "unsupported rope scaling type 'dynamic'"),
+     ({"rope_scaling": {"rope_type": "longrope", "factor": 2.0}}, "unsupported rope scaling type 'longrope'"),
+     ({"rope_scaling": {"rope_type": "linear", "factor": 0.5}}, "factor of at least 1"),
+     ({"rope_scaling": {"rope_type": "linear"}}, "linear rope scaling lacks required key 'factor'"),
+     ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "beta_fast": -1}}, "invalid yarn rope scaling"),
+     ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "mscale": "1"}}, "mscale must be a finite number"),
+     ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "truncate": 1}}, "truncate must be true or false"),
      ({"hidden_act": "gelu"}, "unsupported hidden_act 'gelu'"),
      ({"rope_theta": 0}, "rope_theta must be positive"), ({"rope_theta": -1.0}, "rope_theta must be positive"),
      ({"rms_norm_eps": -1}, "rms_norm_eps must be positive"), ({"rms_norm_eps": float("nan")}, "finite number"),
@@ -99,7 +106,7 @@ def test_keys_transformers_ignores_are_ignored(arch, fields):
 def test_the_same_rope_setting_in_several_places_is_read_once():
     config = from_hf_dict({**BASE, "rope_theta": 5e5, "rope_scaling": {**LLAMA3, "type": "llama3"},
                                        "rope_parameters": {**LLAMA3, "rope_theta": 500000}})  # fmt: skip
-    assert config.rope_theta == 5e5 and config.rope_scaling == RopeScaling(8.0, 1.0, 4.0, 8192)
+    assert config.rope_theta == 5e5 and config.rope_scaling == Llama3Rope(8.0, 1.0, 4.0, 8192)
 
 
 def test_null_optional_fields_take_their_defaults():
@@ -149,7 +156,6 @@ def test_from_gguf_metadata():
     ({"llama.rope.freq_base": 0.0}, "rope_theta must be positive"),
     ({"llama.attention.layer_norm_rms_epsilon": -1.0}, "rms_norm_eps must be positive"),
     ({"llama.context_length": 0}, "max_position_embeddings must be positive"),
-    ({"llama.rope.scaling.factor": 4.0}, "linear scaling"), ({"llama.rope.scale_linear": 2.0}, "linear scaling"),
     ({"llama.rope.dimension_count": 32}, "rotary over 32 of the head's 64 dimensions"),
 ])  # fmt: skip
 def test_invalid_gguf_metadata(change, message):
@@ -233,9 +239,9 @@ MODEL = dict(architecture="llama", vocab_size=100, hidden_size=64, intermediate_
 def test_llama3_scaling_with_equal_low_and_high_freq_factors_is_refused():
     """high_freq_factor == low_freq_factor divides by zero in the smoothing band."""
     with pytest.raises(ModelLoadError, match="invalid llama3 rope scaling"):
-        RopeScaling(8.0, 2.0, 2.0, 8192)
+        Llama3Rope(8.0, 2.0, 2.0, 8192)
     with pytest.raises(ModelLoadError, match="invalid llama3 rope scaling"):
-        RopeScaling(0.0, 1.0, 4.0, 8192)
+        Llama3Rope(0.0, 1.0, 4.0, 8192)
 
 
 def test_odd_head_dim_is_refused():

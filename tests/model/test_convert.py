@@ -1,5 +1,6 @@
 """`pagedllm convert --to-hf`: the written directory loads in transformers with the same logits, and in pagedllm."""
 
+import pytest
 import torch
 from gguf_writer import write_gguf
 from tiny import make_hf_model, make_tiny_tokenizer
@@ -10,10 +11,17 @@ from pagedllm.model.loader import load_model
 IDS = [5, 17, 200, 33, 9, 100, 101, 44]
 
 
-def test_convert_gguf_to_hf_round_trip(tmp_path, monkeypatch):
+@pytest.mark.parametrize("rope", [
+    {},
+    # a rope_freqs tensor in the GGUF, the llama3 scaling again in config.json
+    {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 16.0,
+                      "original_max_position_embeddings": 256}},
+    {"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+])  # fmt: skip
+def test_convert_gguf_to_hf_round_trip(tmp_path, monkeypatch, rope):
     monkeypatch.setenv("PAGEDLLM_CACHE_DIR", str(tmp_path / "cache"))  # the tokenizer's conversion goes there
     monkeypatch.setenv("PAGEDLLM_DISABLE_KERNELS", "1")  # run alone, it would build them anew in that cache
-    original = make_hf_model("llama", num_key_value_heads=1, tie_word_embeddings=True)
+    original = make_hf_model("llama", num_key_value_heads=1, tie_word_embeddings=True, **rope)
     tokenizer = make_tiny_tokenizer()
     gguf = write_gguf(original, tmp_path / "tiny.gguf", tokenizer=tokenizer)
     out = tmp_path / "hf"
@@ -28,6 +36,20 @@ def test_convert_gguf_to_hf_round_trip(tmp_path, monkeypatch):
     assert AutoTokenizer.from_pretrained(out)(text).input_ids == tokenizer(text).input_ids
     _, config = load_model(out)
     assert config.tie_word_embeddings and config.num_kv_heads == 1
+
+
+def test_rope_freqs_that_config_json_cannot_hold_are_refused_before_anything_is_written(tmp_path, capsys, monkeypatch):
+    import numpy as np
+
+    monkeypatch.setenv("PAGEDLLM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PAGEDLLM_DISABLE_KERNELS", "1")
+    freqs = np.linspace(1.0, 3.0, 8)  # a line: no llama3 scaling gives it
+    gguf = write_gguf(make_hf_model("llama"), tmp_path / "tiny.gguf", tokenizer=make_tiny_tokenizer(), rope_freqs=freqs)
+    _, config = load_model(gguf)  # it runs
+    assert config.rope_scaling.factors == pytest.approx(tuple(freqs))
+    assert main(["convert", "--to-hf", str(tmp_path / "hf"), "--model", str(gguf)]) == 2
+    assert "not a llama3 rope scaling" in capsys.readouterr().err
+    assert not (tmp_path / "hf").exists()
 
 
 def test_convert_refuses_to_overwrite(tmp_path, capsys):

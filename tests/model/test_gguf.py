@@ -33,7 +33,16 @@ def test_unpermute_inverts_permute():
     assert not np.array_equal(permute_qk(rows, 6), rows)
 
 
-@pytest.mark.parametrize("model_type,overrides", [("llama", {}), ("qwen2", {}), ("llama", {"num_key_value_heads": 1})])
+ROPE_SCALINGS = [
+    ("llama", {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                "original_max_position_embeddings": 32}}),  # a rope_freqs tensor
+    ("llama", {"rope_scaling": {"rope_type": "linear", "factor": 4.0}}),
+    ("qwen2", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128}}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("model_type,overrides",
+                         [("llama", {}), ("qwen2", {}), ("llama", {"num_key_value_heads": 1}), *ROPE_SCALINGS])
 def test_f32_gguf_equals_hf_weights(tmp_path, model_type, overrides):
     hf = make_hf_model(model_type, **overrides)
     model, config = load_model(write_gguf(hf, tmp_path / "m.gguf"))

@@ -17,6 +17,9 @@ VARIANTS = {
         {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                           "high_freq_factor": 4.0, "original_max_position_embeddings": 32}},
     ),  # fmt: skip
+    "linear_rope_scaling": ("llama", {"rope_scaling": {"rope_type": "linear", "factor": 4.0}}),
+    "yarn_rope_scaling": ("qwen2", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                                     "original_max_position_embeddings": 128, "beta_fast": 8.0}}),
     "mqa_tied": ("llama", {"num_attention_heads": 4, "num_key_value_heads": 1, "tie_word_embeddings": True}),
     "mistral": ("mistral", {"sliding_window": None}),
 }

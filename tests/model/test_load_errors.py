@@ -189,8 +189,8 @@ def test_a_stored_head_of_a_tied_model_is_dropped_with_a_warning_where_it_differ
 
 
 @pytest.mark.parametrize("change, message", [({"rms_norm_eps": -1.0}, r"config\.json: rms_norm_eps must be positive"),
-                                             ({"rope_parameters": {"rope_type": "yarn", "factor": 2.0}},
-                                              r"config\.json: unsupported rope scaling type 'yarn'"),
+                                             ({"rope_parameters": {"rope_type": "dynamic", "factor": 2.0}},
+                                              r"config\.json: unsupported rope scaling type 'dynamic'"),
                                              ({"hidden_act": "gelu"}, r"config\.json: unsupported hidden_act")])
 def test_a_config_error_names_the_file(tmp_path, tiny_llama_dir, change, message):
     shutil.copytree(tiny_llama_dir, tmp_path / "m")
