@@ -200,6 +200,19 @@ void add_rms_norm_op(torch::Tensor x, const c10::optional<torch::Tensor>& residu
                         res_stride, weight.data_ptr<float>(), x.size(0), x.size(1), eps);
 }
 
+void head_rms_norm_op(torch::Tensor x, const torch::Tensor& weight, double eps) {
+  check_float(x, "x");
+  check_heads(x, "x");
+  TORCH_CHECK(weight.is_contiguous() && weight.numel() == x.size(2) && weight.scalar_type() == x.scalar_type(),
+              "weight must be [head_dim] of x's dtype");
+  if (is_bf16(x))
+    head_rms_norm<bf16_t>(static_cast<bf16_t*>(x.data_ptr()), x.stride(0), x.size(0), x.size(1), x.size(2),
+                          static_cast<const bf16_t*>(weight.data_ptr()), eps);
+  else
+    head_rms_norm<float>(x.data_ptr<float>(), x.stride(0), x.size(0), x.size(1), x.size(2), weight.data_ptr<float>(),
+                         eps);
+}
+
 void rotary_op(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin) {
   check_float(x, "x");
   check_heads(x, "x");
@@ -476,6 +489,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("copy_blocks", &pagedllm::copy_blocks_op, "copy blocks src[i] -> dst[i] in every cache");
   m.def("add_rms_norm", &pagedllm::add_rms_norm_op, "residual += x; x = rms_norm(residual) * weight (in place)");
   m.def("rotary", &pagedllm::rotary_op, "rotary embedding in place");
+  m.def("head_rms_norm", &pagedllm::head_rms_norm_op, "each head of x = rms_norm(head) * weight (in place)");
   m.def("silu_mul", &pagedllm::silu_mul_op, "silu(gate) * up of [rows, 2 * width]");
   m.def("greedy_summary", &pagedllm::greedy_summary_op, "per row of float32 logits: first argmax, logsumexp");
   m.def("categorical_sample", &pagedllm::categorical_sample_op, "per row of float32 logits: an inverse-CDF draw at u "

@@ -47,7 +47,8 @@ DecoderStack::DecoderStack(int64_t num_heads, int64_t num_kv_heads, int64_t head
 }
 
 void DecoderStack::add_layer(torch::Tensor input_norm, torch::Tensor post_norm, StackMatmul qkv, StackMatmul out,
-                             StackMatmul gate_up, StackMatmul down) {
+                             StackMatmul gate_up, StackMatmul down, c10::optional<torch::Tensor> q_norm,
+                             c10::optional<torch::Tensor> k_norm) {
   TORCH_CHECK(qkv.out_features == (num_heads_ + 2 * num_kv_heads_) * head_dim_ && !qkv.gated,
               "qkv must project to the query, key and value heads");
   TORCH_CHECK(!out.gated && !down.gated, "only the MLP's gate/up projection may be gated");
@@ -72,6 +73,11 @@ void DecoderStack::add_layer(torch::Tensor input_norm, torch::Tensor post_norm, 
                 "a projection's packed weight and bias must be contiguous and of the norms' dtype (block tiles: for "
                 "an AMX weight)");
   for (const StackMatmul* m : {&qkv, &out, &gate_up, &down}) block_tiles(m->blocks, m->panels);
+  TORCH_CHECK(q_norm.has_value() == k_norm.has_value(), "q_norm and k_norm come together");
+  for (const auto* norm : {&q_norm, &k_norm})
+    TORCH_CHECK(!*norm || ((*norm)->numel() == head_dim_ && (*norm)->is_contiguous() &&
+                           (*norm)->scalar_type() == dtype),
+                "q_norm and k_norm must be contiguous [head_dim] of the norms' dtype");
   if (!layers_.empty()) {  // forward sizes its buffers by the first layer
     const StackLayer& first = layers_[0];
     TORCH_CHECK(dtype == first.input_norm.scalar_type() && hidden == first.input_norm.numel() &&
@@ -79,7 +85,7 @@ void DecoderStack::add_layer(torch::Tensor input_norm, torch::Tensor post_norm, 
                 "every layer must share one dtype and the first layer's sizes");
   }
   layers_.push_back({std::move(input_norm), std::move(post_norm), std::move(qkv), std::move(out),
-                     std::move(gate_up), std::move(down)});
+                     std::move(gate_up), std::move(down), std::move(q_norm), std::move(k_norm)});
 }
 
 torch::Tensor DecoderStack::forward(torch::Tensor hidden, torch::Tensor residual, const torch::Tensor& cos,
@@ -155,6 +161,12 @@ void DecoderStack::run_layers(T* hidden, T* residual, int64_t tokens, const T* c
     add_rms_norm(hidden, width, residual, width, static_cast<const T*>(layer.input_norm.data_ptr()), tokens, width,
                  static_cast<float>(eps_));
     layer.qkv(hidden, tokens, qkv);
+    if (layer.q_norm) {
+      const float eps = static_cast<float>(eps_);
+      head_rms_norm(qkv, qkv_row, tokens, num_heads_, head_dim_, static_cast<const T*>(layer.q_norm->data_ptr()), eps);
+      head_rms_norm(qkv + num_heads_ * head_dim_, qkv_row, tokens, num_kv_heads_, head_dim_,
+                    static_cast<const T*>(layer.k_norm->data_ptr()), eps);
+    }
     rotary(qkv, qkv_row, tokens, num_heads_ + num_kv_heads_, head_dim_, cos, sin);  // q and k: their heads adjacent
     write_kv(key, qkv_row, value, qkv_row, caches[i], cache, slots, tokens);
     attention.kv_cache = caches[i];
@@ -185,7 +197,8 @@ void bind_decoder_stack(pybind11::module_& m) {
       .def(py::init<int64_t, int64_t, int64_t, double, double>(), py::arg("num_heads"), py::arg("num_kv_heads"),
            py::arg("head_dim"), py::arg("eps"), py::arg("scale"))
       .def("add_layer", &DecoderStack::add_layer, py::arg("input_norm"), py::arg("post_norm"), py::arg("qkv"),
-           py::arg("out"), py::arg("gate_up"), py::arg("down"))
+           py::arg("out"), py::arg("gate_up"), py::arg("down"), py::arg("q_norm") = py::none(),
+           py::arg("k_norm") = py::none())
       .def("forward", &DecoderStack::forward, py::arg("hidden"), py::arg("residual"), py::arg("cos"),
            py::arg("sin"), py::arg("kv_caches"), py::arg("slot_mapping"), py::arg("block_tables"),
            py::arg("seq_lens"), py::arg("query_start_loc"), py::arg("num_layers") = -1);

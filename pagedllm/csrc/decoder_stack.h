@@ -30,6 +30,7 @@ struct StackMatmul {
 struct StackLayer {
   torch::Tensor input_norm, post_norm;  // RMSNorm weights [hidden]
   StackMatmul qkv, out, gate_up, down;   // qkv: fused [q; k; v] rows; gate_up: fused [gate; up] rows
+  c10::optional<torch::Tensor> q_norm, k_norm;  // RMSNorm weights [head_dim] of each q and k head (Qwen3), or none
 };
 
 class DecoderStack {
@@ -37,7 +38,8 @@ class DecoderStack {
   DecoderStack(int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, double eps, double scale);
 
   void add_layer(torch::Tensor input_norm, torch::Tensor post_norm, StackMatmul qkv, StackMatmul out,
-                 StackMatmul gate_up, StackMatmul down);
+                 StackMatmul gate_up, StackMatmul down, c10::optional<torch::Tensor> q_norm = c10::nullopt,
+                 c10::optional<torch::Tensor> k_norm = c10::nullopt);
 
   // hidden: the embeddings' sublayer output so far, residual: the residual stream, both [T, hidden]; both are
   // updated in place, and hidden, holding the last layer's MLP output, returned (the final norm is the caller's).

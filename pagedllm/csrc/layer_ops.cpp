@@ -55,6 +55,18 @@ void add_rms_norm(T* x, int64_t x_stride, T* residual, int64_t residual_stride, 
 }
 
 template <typename T>
+void head_rms_norm(T* x, int64_t stride, int64_t rows, int64_t num_heads, int64_t head_dim, const T* weight,
+                   float eps) {
+  parallel_chunks(rows, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      for (int64_t h = 0; h < num_heads; ++h) {
+        T* head = x + r * stride + h * head_dim;
+        norm_row(head, head, weight, head_dim, eps);
+      }
+  });
+}
+
+template <typename T>
 void rotary(T* x, int64_t stride, int64_t rows, int64_t num_heads, int64_t head_dim, const T* cos, const T* sin) {
   const int64_t half = head_dim / 2;
   parallel_chunks(rows, 16, [&](int64_t begin, int64_t end) {
@@ -103,6 +115,8 @@ void silu_mul(const T* x, T* out, int64_t rows, int64_t width) {
 
 template void add_rms_norm<float>(float*, int64_t, float*, int64_t, const float*, int64_t, int64_t, float);
 template void add_rms_norm<bf16_t>(bf16_t*, int64_t, bf16_t*, int64_t, const bf16_t*, int64_t, int64_t, float);
+template void head_rms_norm<float>(float*, int64_t, int64_t, int64_t, int64_t, const float*, float);
+template void head_rms_norm<bf16_t>(bf16_t*, int64_t, int64_t, int64_t, int64_t, const bf16_t*, float);
 template void rotary<float>(float*, int64_t, int64_t, int64_t, int64_t, const float*, const float*);
 template void rotary<bf16_t>(bf16_t*, int64_t, int64_t, int64_t, int64_t, const bf16_t*, const bf16_t*);
 template void silu_mul<float>(const float*, float*, int64_t, int64_t);

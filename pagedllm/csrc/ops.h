@@ -27,6 +27,7 @@ void write_kv_op(const torch::Tensor& key, const torch::Tensor& value, torch::Te
 void add_rms_norm_op(torch::Tensor x, const c10::optional<torch::Tensor>& residual, const torch::Tensor& weight,
                      double eps);
 void rotary_op(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin);
+void head_rms_norm_op(torch::Tensor x, const torch::Tensor& weight, double eps);
 torch::Tensor silu_mul_op(const torch::Tensor& x);
 torch::Tensor linear_op(const torch::Tensor& x, const torch::Tensor& panels, const c10::optional<torch::Tensor>& bias,
                         int64_t out_features, bool gated);

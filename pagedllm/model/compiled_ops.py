@@ -20,6 +20,11 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
     kernels().rotary(x, cos, sin)
 
 
+def head_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    """In place on x: [T, heads, head_dim] (token rows may be strided): each head = rms_norm(head) * weight."""
+    kernels().head_rms_norm(x, weight, eps)
+
+
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """[T, 2 I] -> silu(gate) * up: [T, I]."""
     return kernels().silu_mul(gate_up.contiguous())

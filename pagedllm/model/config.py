@@ -11,8 +11,10 @@ from pagedllm.errors import ModelLoadError
 from pagedllm.model.rope import LinearRope, RopeScaling
 
 # HF model_type / GGUF general.architecture -> whether q/k/v projections carry biases (transformers' Qwen2
-# always has them and Mistral never, whatever a config.json says; a Llama with them is refused).
-SUPPORTED_ARCHITECTURES: dict[str, bool] = {"llama": False, "mistral": False, "qwen2": True}
+# always has them and Mistral never, whatever a config.json says; a Llama or Qwen3 with them is refused).
+SUPPORTED_ARCHITECTURES: dict[str, bool] = {"llama": False, "mistral": False, "qwen2": True, "qwen3": False}
+# those whose q and k go through an RMSNorm over each head before the rotary
+QK_NORM_ARCHITECTURES = ("qwen3",)
 
 
 @contextlib.contextmanager
@@ -29,7 +31,7 @@ def naming(file: Path) -> Iterator[None]:
 
 @dataclass(slots=True)
 class ModelConfig:
-    architecture: str  # "llama" | "mistral" | "qwen2"
+    architecture: str  # "llama" | "mistral" | "qwen2" | "qwen3"
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -81,6 +83,11 @@ class ModelConfig:
         if isinstance(self.rope_scaling, LinearRope):
             positions = int(positions * self.rope_scaling.factor)
         return min(positions, self.sliding_window or positions)
+
+    @property
+    def qk_norm(self) -> bool:
+        """Whether each head's q and k are RMS-normed before the rotary (Qwen3)."""
+        return self.architecture in QK_NORM_ARCHITECTURES
 
     @property
     def eos_token_id(self) -> int | None:

@@ -48,7 +48,7 @@ def build_decoder_stack(layers, num_heads: int, num_kv_heads: int, head_dim: int
     kernels = load_cpu_kernels()
     if kernels is None:
         return None
-    eps = {norm.eps for layer in layers for norm in (layer.input_layernorm, layer.post_attention_layernorm)}
+    eps = {norm.eps for layer in layers for norm in _norms(layer)}
     if len(eps) != 1:
         return None
     stack = kernels.DecoderStack(num_heads, num_kv_heads, head_dim, eps.pop(), head_dim**-0.5)
@@ -61,5 +61,13 @@ def build_decoder_stack(layers, num_heads: int, num_kv_heads: int, head_dim: int
         if any(m is None for m in matmuls):
             return None
         amx = amx or any(m.amx for m in matmuls)
-        stack.add_layer(layer.input_layernorm.weight, layer.post_attention_layernorm.weight, *matmuls)
+        q_norm, k_norm = (None, None) if attention.q_norm is None else (attention.q_norm.weight, attention.k_norm.weight)
+        stack.add_layer(layer.input_layernorm.weight, layer.post_attention_layernorm.weight, *matmuls, q_norm, k_norm)
     return DecoderStack(stack, AMX_OWN_MAX_ROWS if amx else None)
+
+
+def _norms(layer) -> list:
+    """The layer's RMSNorms: around attention and the MLP, and Qwen3's over each q and k head."""
+    attention = layer.self_attn
+    heads = [] if attention.q_norm is None else [attention.q_norm, attention.k_norm]
+    return [layer.input_layernorm, layer.post_attention_layernorm, *heads]

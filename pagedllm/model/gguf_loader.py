@@ -29,9 +29,11 @@ _LAYER_NAMES = {
     "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
+    "attn_q_norm": "self_attn.q_norm",  # qwen3
+    "attn_k_norm": "self_attn.k_norm",
 }
 _LAYER_RE = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
-# llama.cpp permutes the Q/K rows of these architectures for its interleaved rotary; qwen2 it leaves alone.
+# llama.cpp permutes the Q/K rows of these architectures for its interleaved rotary; qwen2 and qwen3 it leaves alone.
 _PERMUTED_ARCHS = ("llama", "mistral")
 _ROPE_FREQS = "rope_freqs.weight"  # Llama 3.1+'s rope scaling as llama.cpp stores it: a divisor per frequency
 

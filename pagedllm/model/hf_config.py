@@ -10,7 +10,8 @@ from pagedllm.model.rope import Llama3Rope, LinearRope, RopeScaling, YarnRope, y
 
 # transformers' defaults where a config.json leaves these out.
 _HF_RMS_NORM_EPS = 1e-6
-_HF_MAX_POSITIONS = {"llama": 2048, "mistral": 131072, "qwen2": 32768}
+_HF_MAX_POSITIONS = {"llama": 2048, "mistral": 131072, "qwen2": 32768, "qwen3": 32768}
+_HF_HEAD_DIM = {"qwen3": 128}  # Qwen3Config's; the others' is hidden_size / num_attention_heads
 _HF_SLIDING_WINDOW = 4096
 
 
@@ -34,7 +35,7 @@ def from_hf_dict(cfg: dict[str, Any]) -> ModelConfig:
         num_layers=num_layers,
         num_heads=num_heads,
         num_kv_heads=read.int("num_key_value_heads", num_heads) or num_heads,
-        head_dim=read.int("head_dim", hidden // max(num_heads, 1)),
+        head_dim=read.int("head_dim", _HF_HEAD_DIM.get(arch, hidden // max(num_heads, 1))),
         rms_norm_eps=read.float("rms_norm_eps", _HF_RMS_NORM_EPS),
         rope_theta=ConfigReader(rope, "config.json rope parameters").float("rope_theta", 10000.0),
         rope_scaling=_rope_scaling(rope, max_positions),
@@ -50,7 +51,8 @@ def from_hf_dict(cfg: dict[str, Any]) -> ModelConfig:
 
 def to_hf_dict(config: ModelConfig) -> dict[str, Any]:
     """A config.json that transformers (and vLLM) load as the matching HF architecture."""
-    hf_class = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+    hf_class = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                "qwen3": "Qwen3ForCausalLM"}  # fmt: skip
     rope: dict[str, Any] = {"rope_type": "default", "rope_theta": config.rope_theta}
     if config.rope_scaling is not None:
         rope = {**config.rope_scaling.hf_parameters(config.rope_theta), "rope_theta": config.rope_theta}
@@ -73,11 +75,11 @@ def to_hf_dict(config: ModelConfig) -> dict[str, Any]:
         "bos_token_id": config.bos_token_id,
         "eos_token_id": config.eos_token_ids[0] if len(config.eos_token_ids) == 1 else config.eos_token_ids or None,
     }
-    if config.architecture == "llama":
+    if config.architecture in ("llama", "qwen3"):
         out["attention_bias"] = config.attention_bias
     if config.architecture == "mistral":
         out["sliding_window"] = config.sliding_window  # null: none (absent, transformers would assume 4096)
-    if config.architecture == "qwen2":
+    if config.architecture in ("qwen2", "qwen3"):
         out["use_sliding_window"] = config.sliding_window is not None
         out["sliding_window"] = config.sliding_window
         out["max_window_layers"] = config.max_window_layers if config.sliding_window is not None else config.num_layers
@@ -102,7 +104,9 @@ def _refuse_unsupported_hf(cfg: dict[str, Any], arch: str, read: ConfigReader) -
         raise ModelLoadError(f"config.json: quantized checkpoints (quantization_config {method!r}) are not supported")
     if cfg.get("hidden_act", "silu") not in ("silu", "swish"):
         raise ModelLoadError(f"config.json: unsupported hidden_act {cfg['hidden_act']!r}; supported: silu")
-    if arch != "llama":  # transformers' Qwen2 and Mistral build their layers without reading these keys
+    if arch == "qwen3" and read.bool("attention_bias", False):
+        raise ModelLoadError("config.json: attention_bias is not supported for qwen3 (its o_proj bias)")
+    if arch != "llama":  # transformers' Qwen2, Qwen3 and Mistral build their layers without reading the others
         return
     if read.bool("mlp_bias", False):
         raise ModelLoadError("config.json: mlp_bias is not supported (the MLP's projections have no biases)")
@@ -126,7 +130,7 @@ def _hf_sliding_window(cfg: dict[str, Any], arch: str, num_layers: int, read: Co
                                  "layers, then sliding window layers)")
     elif arch == "mistral":
         first = 0
-    elif read.bool("use_sliding_window", False):  # qwen2
+    elif read.bool("use_sliding_window", False):  # qwen2, qwen3
         first = read.int("max_window_layers", 28)  # transformers' default
     else:
         first = num_layers

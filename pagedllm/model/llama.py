@@ -1,4 +1,4 @@
-"""A Llama-family decoder (Llama 2/3, SmolLM2, Mistral, Qwen2) over the paged KV cache.
+"""A Llama-family decoder (Llama 2/3, SmolLM2, Mistral, Qwen2, Qwen3) over the paged KV cache.
 
 Parameter names equal Hugging Face's, so an HF state dict loads as is. The model sees the batch as one
 flat run of tokens ([T]) plus an AttentionMetadata; it never sees a block table directly.
@@ -37,6 +37,9 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=False)
+        # Qwen3: an RMSNorm over each head of q and of k, before the rotary
+        self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if config.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if config.qk_norm else None
         self.qkv: Projection | None = None  # fused q/k/v and packed o, once fuse() ran
         self.out: Projection | None = None
 
@@ -68,6 +71,8 @@ class Attention(nn.Module):
         q = q.view(num_tokens, self.num_heads, self.head_dim)  # [T, H, D]
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, KVH, D]
         v = v.reshape(num_tokens, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rotary(q, *cos_sin), apply_rotary(k, *cos_sin)
         write_kv(k, v, kv_cache, meta.slot_mapping, attention_impl)
         if rows is not None:
@@ -90,6 +95,9 @@ class Attention(nn.Module):
         q = q.view(num_tokens, self.num_heads, self.head_dim)  # [T, H, D], rows strided
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, KVH, D]
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            ops.head_rms_norm(q, self.q_norm.weight, self.q_norm.eps)
+            ops.head_rms_norm(k, self.k_norm.weight, self.k_norm.eps)
         ops.rotary(q, *cos_sin)
         ops.rotary(k, *cos_sin)
         if rows is None:

@@ -15,7 +15,7 @@ def write_gguf(hf_model, path: Path, qtype: GGMLQuantizationType = GGMLQuantizat
     the file's general.architecture (by default llama's, where llama.cpp files Mistral too; qwen2's own);
     `rope_freqs`: a rope_freqs tensor of one's own."""
     cfg = hf_model.config
-    arch = arch or (cfg.model_type if cfg.model_type == "qwen2" else "llama")
+    arch = arch or (cfg.model_type if cfg.model_type in ("qwen2", "qwen3") else "llama")
     writer = GGUFWriter(path, arch)
     _write_metadata(writer, cfg)
     if tokenizer is not None:
@@ -27,9 +27,10 @@ def write_gguf(hf_model, path: Path, qtype: GGMLQuantizationType = GGMLQuantizat
         if name == "lm_head.weight" and cfg.tie_word_embeddings:
             continue
         array = tensor.float().numpy()
-        if arch != "qwen2" and ".q_proj." in name:  # llama.cpp's rotary layout for the Llama family
+        permuted = arch not in ("qwen2", "qwen3")  # llama.cpp's rotary layout for the Llama family
+        if permuted and ".q_proj." in name:
             array = permute_qk(array, cfg.num_attention_heads)
-        elif arch != "qwen2" and ".k_proj." in name:
+        elif permuted and ".k_proj." in name:
             array = permute_qk(array, cfg.num_key_value_heads)
         _add(writer, gguf_name(name), array, qtype if array.ndim == 2 else GGMLQuantizationType.F32)
     writer.write_header_to_file()
@@ -60,7 +61,10 @@ def _write_metadata(writer: GGUFWriter, cfg) -> None:
     writer.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
     writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     writer.add_vocab_size(cfg.vocab_size)
-    writer.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
     writer.add_bos_token_id(cfg.bos_token_id)
     writer.add_eos_token_id(cfg.eos_token_id)
 
@@ -76,7 +80,8 @@ def _write_rope_scaling(writer: GGUFWriter, hf_model) -> None:
     kind = rope["rope_type"]
     if kind == "llama3":
         scaled, _ = ROPE_INIT_FUNCTIONS["llama3"](cfg, "cpu")
-        plain = 1.0 / (rope["rope_theta"] ** (np.arange(0, cfg.head_dim, 2, dtype=np.int64).astype(np.float32) / cfg.head_dim))
+        exponents = np.arange(0, cfg.head_dim, 2, dtype=np.int64).astype(np.float32) / cfg.head_dim
+        plain = 1.0 / (rope["rope_theta"] ** exponents)
         writer.add_tensor("rope_freqs.weight", (plain / scaled.numpy()).astype(np.float32))
     elif kind in ("linear", "yarn"):
         writer.add_rope_scaling_type(RopeScalingType.LINEAR if kind == "linear" else RopeScalingType.YARN)

@@ -98,6 +98,42 @@ def test_add_rms_norm_bad_arguments_raise() -> None:
         compiled_ops.add_rms_norm(x.t(), residual.t(), torch.ones(3), 1e-5)
 
 
+# -- head_rms_norm (Qwen3's q and k norms) ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("head_dim", [36, 64, 128])  # 36: vectors and a tail (AVX-512 and AVX2)
+def test_head_rms_norm_on_qkv_views_equals_the_module_on_each_head(head_dim: int, dtype: torch.dtype) -> None:
+    heads, kv_heads, tokens = 3, 1, 7
+    qkv = randn(tokens, (heads + 2 * kv_heads) * head_dim, dtype=dtype, seed=head_dim) * 3
+    original = qkv.clone()
+    q = qkv[:, : heads * head_dim].view(tokens, heads, head_dim)
+    k = qkv[:, heads * head_dim : (heads + kv_heads) * head_dim].view(tokens, kv_heads, head_dim)
+    q_norm, k_norm = rms_norm_module(head_dim, dtype), rms_norm_module(head_dim, dtype)
+    k_norm.weight.data = k_norm.weight.data.flip(0)
+    expected_q, expected_k = q_norm(q), k_norm(k)
+    compiled_ops.head_rms_norm(q, q_norm.weight.data, q_norm.eps)
+    compiled_ops.head_rms_norm(k, k_norm.weight.data, k_norm.eps)
+    if dtype == torch.float32:
+        torch.testing.assert_close(q, expected_q, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(k, expected_k, rtol=1e-5, atol=1e-6)
+    else:  # rounded as the module rounds (see test_add_rms_norm_bfloat16)
+        for ours, theirs in ((q, expected_q), (k, expected_k)):
+            torch.testing.assert_close(ours.float(), theirs.float(), **BF16_TOL)
+            assert (ours != theirs).float().mean() <= 0.01
+    assert torch.equal(qkv[:, (heads + kv_heads) * head_dim :], original[:, (heads + kv_heads) * head_dim :])
+
+
+def test_head_rms_norm_bad_arguments_raise() -> None:
+    x = randn(4, 2, 16)
+    with pytest.raises(RuntimeError, match="weight must be \\[head_dim\\] of x's dtype"):
+        compiled_ops.head_rms_norm(x, torch.ones(8), 1e-6)
+    with pytest.raises(RuntimeError, match="weight must be \\[head_dim\\] of x's dtype"):
+        compiled_ops.head_rms_norm(x, torch.ones(16, dtype=torch.bfloat16), 1e-6)
+    with pytest.raises(RuntimeError, match="contiguous heads"):
+        compiled_ops.head_rms_norm(x.transpose(0, 1), torch.ones(16), 1e-6)
+
+
 # -- rotary -------------------------------------------------------------------------------------------------
 
 

@@ -13,9 +13,10 @@ from pagedllm.model.dtype import has_native_bf16
 from pagedllm.model.loader import load_model
 from pagedllm.model.projection import AMX_OWN_MAX_ROWS
 
-# llama: head_dim 16, GQA 2, no biases; qwen2: head_dim 64, GQA 3, q/k/v biases
+# llama: head_dim 16, GQA 2, no biases; qwen2: head_dim 64, GQA 3, q/k/v biases; qwen3: head_dim 32, q/k norms
 MODELS = {"llama": ("llama", {}),
-          "qwen2": ("qwen2", {"hidden_size": 192, "num_attention_heads": 3, "num_key_value_heads": 1})}  # fmt: skip
+          "qwen2": ("qwen2", {"hidden_size": 192, "num_attention_heads": 3, "num_key_value_heads": 1}),
+          "qwen3": ("qwen3", {"head_dim": 32})}  # fmt: skip
 DTYPES = [torch.float32, torch.bfloat16]
 
 

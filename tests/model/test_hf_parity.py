@@ -20,6 +20,7 @@ VARIANTS = {
     "linear_rope_scaling": ("llama", {"rope_scaling": {"rope_type": "linear", "factor": 4.0}}),
     "yarn_rope_scaling": ("qwen2", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
                                                      "original_max_position_embeddings": 128, "beta_fast": 8.0}}),
+    "qwen3_qk_norm": ("qwen3", {"head_dim": 32, "num_key_value_heads": 1, "tie_word_embeddings": True}),
     "mqa_tied": ("llama", {"num_attention_heads": 4, "num_key_value_heads": 1, "tie_word_embeddings": True}),
     "mistral": ("mistral", {"sliding_window": None}),
 }
