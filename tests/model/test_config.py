@@ -84,13 +84,23 @@ def test_a_config_that_is_not_an_object_is_refused(value):
         from_hf_dict(value)
 
 
-@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2"])
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3"])
 def test_left_out_fields_take_transformers_defaults(arch):
     from transformers import AutoConfig
 
-    hf = AutoConfig.for_model(arch)
+    hf = AutoConfig.for_model(arch, **{k: v for k, v in BASE.items() if k != "model_type"})
     config = from_hf_dict({**BASE, "model_type": arch})
     assert (config.rms_norm_eps, config.max_position_embeddings) == (hf.rms_norm_eps, hf.max_position_embeddings)
+    assert config.head_dim == (getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads)
+
+
+def test_qwen3_norms_q_and_k_and_refuses_attention_biases():
+    config = from_hf_dict({**BASE, "model_type": "qwen3"})
+    assert config.qk_norm and not config.attention_bias and config.head_dim == 128
+    assert from_hf_dict(to_hf_dict(config)) == config
+    assert not from_hf_dict(BASE).qk_norm
+    with pytest.raises(ModelLoadError, match="attention_bias is not supported for qwen3"):
+        from_hf_dict({**BASE, "model_type": "qwen3", "attention_bias": True})
 
 
 @pytest.mark.parametrize("arch,fields", [
@@ -120,6 +130,7 @@ def test_null_optional_fields_take_their_defaults():
     ({"model_type": "mistral", "sliding_window": None}, None, 0),
     ({"model_type": "qwen2", "sliding_window": 16}, None, 0),  # use_sliding_window is off by default
     ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 16, "max_window_layers": 1}, 16, 1),
+    ({"model_type": "qwen3", "use_sliding_window": True, "sliding_window": 16, "max_window_layers": 1}, 16, 1),
     ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 16, "max_window_layers": 2}, None, 0),
     ({"model_type": "qwen2", "use_sliding_window": True, "max_window_layers": 1}, 4096, 1),  # Qwen2Config default
     ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": None, "max_window_layers": 1}, None, 0),
