@@ -79,6 +79,18 @@ def test_a_gguf_model(tmp_path_factory) -> None:
     same_greedy_completions_as_size_1(write_gguf(make_hf_model("llama", seed=6), path, tokenizer=make_tiny_tokenizer()))
 
 
+def test_a_qwen3_gguf_with_a_rope_freqs_tensor(tmp_path_factory) -> None:
+    """Every rank holds the q/k norms whole, and reads the rope scaling from the file's rope_freqs tensor."""
+    from gguf_writer import write_gguf
+    from tiny import make_hf_model, make_tiny_tokenizer
+
+    rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 32}
+    hf = make_hf_model("qwen3", seed=8, head_dim=32, rope_scaling=rope)
+    path = tmp_path_factory.mktemp("tiny_qwen3") / "tiny.gguf"
+    same_greedy_completions_as_size_1(write_gguf(hf, path, tokenizer=make_tiny_tokenizer()))
+
+
 def test_a_vocabulary_that_does_not_divide(tmp_path_factory) -> None:
     """385 tokens over 2 ranks: the last rank's slice has a padding column, which counts nowhere (not in the full
     rows, not in a greedy row's pick or logsumexp)."""
