@@ -6,6 +6,7 @@ from typing import Literal, NoReturn
 
 from pagedllm.checks import is_int
 from pagedllm.errors import InvalidInputError
+from pagedllm.structured_outputs import StructuredOutputsParams
 
 MAX_LOGPROBS = 20
 MAX_LOGIT_BIAS = 100  # as OpenAI bounds it
@@ -49,6 +50,8 @@ class SamplingParams:
     allowed_token_ids: list[int] | None = None  # only these tokens may be sampled (logprobs stay the model's own)
     bad_words: list[str] | None = None  # words never sampled, as vLLM bans them (engine/bad_words.py)
     truncate_prompt_tokens: int | None = None  # keep the prompt's last N tokens (-1: max_model_len), as vLLM does
+    # what the output must be (a JSON schema, any JSON object, a regex, a choice, a grammar); a dict of its fields too
+    structured_outputs: StructuredOutputsParams | None = None
     use_beam_search: bool = False
     beam_width: int | None = None  # defaults to n with beam search
     length_penalty: float = 1.0
@@ -131,6 +134,8 @@ class SamplingParams:
             _check(isinstance(getattr(self, name), bool), name, "must be True or False", getattr(self, name))
         if self.top_k == -1:
             self.top_k = 0
+        if self.structured_outputs is not None:
+            self.structured_outputs = StructuredOutputsParams.from_value(self.structured_outputs)
         if self.use_beam_search and self.beam_width is None:
             self.beam_width = self.n
         # Integer-valued floats from JSON (e.g. temperature=1) are fine; store floats.
@@ -242,6 +247,8 @@ class SamplingParams:
         _check(not self.restricts_tokens, "allowed_token_ids", "is not supported with use_beam_search",
                self.allowed_token_ids)
         _check(not self.bad_words, "bad_words", "is not supported with use_beam_search", self.bad_words)
+        _check(self.structured_outputs is None, "structured_outputs", "is not supported with use_beam_search",
+               self.structured_outputs)
         _check(not self.has_penalties, "presence_penalty/frequency_penalty/repetition_penalty",
                "must be off (0 / 0 / 1.0) with use_beam_search",
                (self.presence_penalty, self.frequency_penalty, self.repetition_penalty))

@@ -25,6 +25,7 @@ class Completion:
     detokenizer: IncrementalDetokenizer
     generator: torch.Generator | None
     logprobs: list[TokenLogprob] | None = None  # a list when the request asked for logprobs
+    grammar: object | None = None  # with structured outputs: the matcher of its tokens (engine/grammar.py)
     cumulative_logprob: float = 0.0
     text: str = ""
     new_text: str = ""  # text added since the last output

@@ -17,6 +17,7 @@ from pagedllm.engine.bad_words import bad_word_spellings
 from pagedllm.engine.device import resolve_device
 from pagedllm.engine.kv_snapshot import kv_snapshot
 from pagedllm.engine.executor import Executor, LocalExecutor
+from pagedllm.engine.grammar import GrammarCompiler
 from pagedllm.engine.model_runner import ModelRunner, SeqInput
 from pagedllm.engine.pool_memory import block_bytes, num_blocks_for_memory
 from pagedllm.engine.prompt_logprobs import prompt_rows, record_prompt_logprobs
@@ -105,6 +106,7 @@ class LLMEngine:
         self.eos_token_ids = _eos_ids(self.model_config, self.tokenizer)
         self.sampling_defaults = _sampling_defaults(self.model_config.sampling_defaults, path)
         self.output_stage = OutputStage(self.tokenizer, self.eos_token_ids, config.seed, self.device)
+        self.grammars = GrammarCompiler(self.tokenizer, self.model_config.vocab_size, self.eos_token_ids)
         self.requests: dict[str, Request] = {}
         self._ids = itertools.count()
         self.prompt_tokens_total = 0
@@ -235,6 +237,7 @@ class LLMEngine:
             max_total_len=self.scheduler.check_request(len(token_ids), width, params.max_tokens),
             extra_keys=(self.model_name,) + (() if cache_salt is None else ("salt", cache_salt)),
             bad_word_spellings=bad_words,
+            grammar=None if params.structured_outputs is None else self.grammars.compile(params.structured_outputs),
         )
 
     def warm_up(self, num_tokens: int = 32) -> None:

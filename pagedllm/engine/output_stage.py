@@ -12,6 +12,7 @@ import torch
 from pagedllm.engine.beam import BeamSearch, BeamStep
 from pagedllm.engine.completion import Completion
 from pagedllm.engine.detokenizer import IncrementalDetokenizer, Tokenizer, direct_decoder
+from pagedllm.engine.grammar import accept, new_matcher
 from pagedllm.engine.outcome import BeamChoice, SampledToken, StepOutcome
 from pagedllm.engine.request import Request, Sequence
 from pagedllm.engine.sampler import SampleResult, SamplingRow, make_generator, sample
@@ -54,7 +55,8 @@ class OutputStage:
         stop_ids = frozenset(params.stop_ids(self.eos_token_ids))
         detokenizer = IncrementalDetokenizer(self.tokenizer, params, request.prompt_token_ids, stop_ids)
         logprobs = [] if params.logprobs is not None else None
-        return Completion(index, detokenizer, self._generator(request, index), logprobs)
+        grammar = None if request.grammar is None else new_matcher(request.grammar)
+        return Completion(index, detokenizer, self._generator(request, index), logprobs, grammar)
 
     def _generator(self, request: Request, index: int) -> torch.Generator:
         """Completion `index`'s own random stream: from the request's seed, else from the engine's seed."""
@@ -82,7 +84,7 @@ class OutputStage:
         """Per logits row of the step: whether its sampling needs only the greedy pick (see StepLogits)."""
         return [
             not s.request.params.use_beam_search
-            and greedy_only(_sampling_row(s.request, s.seq, None))
+            and greedy_only(_sampling_row(s.request, s.seq, s.seq.completion))
             for s in step.logits_seqs()
         ]
 
@@ -91,7 +93,7 @@ class OutputStage:
         results: list[SampleResult | None] = [logits.greedy.get(t.row) for t in targets]
         todo = [targets[i] for i, result in enumerate(results) if result is None]
         if todo:
-            rows = [_sampling_row(t.request, t.seq, t.completion.generator) for t in todo]
+            rows = [_sampling_row(t.request, t.seq, t.completion, t.completion.generator) for t in todo]
             picked = logits.rows([t.row for t in todo])
             fresh = iter(sample(picked, rows, self.eos_token_ids))
             results = [result if result is not None else next(fresh) for result in results]
@@ -109,6 +111,9 @@ class OutputStage:
 
     def _token(self, t: _Target, result: SampleResult) -> SampledToken:
         reason, stop = self._token_stop(t.request, t.seq, result.token_id)
+        grammar = t.completion.grammar
+        if grammar is not None and accept(grammar, result.token_id) and reason is None:
+            reason, stop = "stop", t.request.params.stop_reason(result.token_id, self.tokenizer_eos)
         return SampledToken(t.request, t.seq, t.completion, result.token_id, result.logprob, result.top_logprobs,
                             t.fork, reason, stop, result.rank)
 
@@ -123,8 +128,11 @@ class OutputStage:
         return None, None
 
 
-def _sampling_row(request: Request, seq: Sequence, generator: torch.Generator | None) -> SamplingRow:
-    return SamplingRow(request.params, generator, request.prompt_token_ids, seq.output_ids, request.bad_word_spellings)
+def _sampling_row(request: Request, seq: Sequence, completion: Completion | None,
+                  generator: torch.Generator | None = None) -> SamplingRow:
+    grammar = None if completion is None else completion.grammar
+    return SamplingRow(request.params, generator, request.prompt_token_ids, seq.output_ids, request.bad_word_spellings,
+                       grammar)
 
 
 def _beam_step(request: Request, items: list[tuple[Sequence, int]], logits: StepLogits) -> BeamStep:

@@ -53,6 +53,7 @@ class Request:
     max_total_len: int  # prompt + output never grows past this (max_tokens, model length)
     extra_keys: tuple = ()  # change the KV identity for prefix caching (cache salt)
     bad_word_spellings: list[list[int]] = field(default_factory=list)  # params.bad_words as token ids
+    grammar: object | None = None  # params.structured_outputs compiled (engine/grammar.py)
     seqs: list[Sequence] = field(default_factory=list)
     status: RequestStatus = RequestStatus.WAITING
     metrics: RequestMetrics = field(default_factory=lambda: RequestMetrics(arrival_time=time.time()))

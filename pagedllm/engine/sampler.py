@@ -25,6 +25,7 @@ import torch
 
 from pagedllm.engine.bad_words import ban_bad_words
 from pagedllm.engine.device import to_device, to_host
+from pagedllm.engine.grammar import mask_disallowed
 from pagedllm.kernels import load_cpu_kernels
 from pagedllm.sampling_params import SamplingParams
 
@@ -36,6 +37,7 @@ class SamplingRow:
     prompt_ids: list[int]
     output_ids: list[int]
     bad_word_spellings: list[list[int]] = field(default_factory=list)  # engine/bad_words.py
+    grammar: object | None = None  # structured outputs: the completion's matcher (engine/grammar.py)
 
 
 @dataclass(slots=True)
@@ -76,6 +78,7 @@ def sample(logits: torch.Tensor, rows: list[SamplingRow], eos_token_ids: set[int
     if any(changes_logits(r) for r in rows):
         logits = apply_penalties(apply_logit_bias(keep_allowed_tokens(logits.clone(), rows), rows), rows)
         ban_bad_words(logits, [r.bad_word_spellings for r in rows], [r.output_ids for r in rows])
+        mask_disallowed(logits, [r.grammar for r in rows])
         mask_stop_tokens(logits, rows, eos_token_ids)
         picks = None  # the raw logits' argmax no longer holds
     tokens = torch.empty(len(rows), dtype=torch.long, device=logits.device)
@@ -108,10 +111,10 @@ def _log_normaliser(raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | Non
 
 def changes_logits(row: SamplingRow) -> bool:
     """Whether the row's logits are changed before its pick: allowed tokens, a logit bias, penalties, bad words,
-    or stop tokens masked (min_tokens)."""
+    a grammar (structured outputs), or stop tokens masked (min_tokens)."""
     params = row.params
     return (params.restricts_tokens or params.has_logit_bias or params.has_penalties or bool(row.bad_word_spellings)
-            or len(row.output_ids) < params.min_tokens)
+            or row.grammar is not None or len(row.output_ids) < params.min_tokens)
 
 
 def keep_allowed_tokens(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """Which rows the LM head's greedy pass may serve, on any CPU: the head is made to pick as the AMX one does
 (each row's argmax and its raw logprob), and a step whose rows need more than that (logprobs, a logit bias,
-penalties, bad words, beams) must still get full logits and give the tokens and logprobs of an engine without the
+penalties, bad words, a grammar, beams) must still get full logits and give the tokens and logprobs of an engine without the
 pass."""
 
 import pytest
@@ -32,8 +32,9 @@ def with_greedy_head(engine) -> list[int]:
     SamplingParams(max_tokens=4, logit_bias={9: 100.0}, **GREEDY),
     SamplingParams(max_tokens=4, repetition_penalty=1e6, **GREEDY),
     SamplingParams(max_tokens=4, bad_words=["the"], **GREEDY),
+    SamplingParams(max_tokens=4, structured_outputs={"regex": "[a-z]{3}"}, **GREEDY),
     SamplingParams(max_tokens=4, n=2, use_beam_search=True, temperature=0.0, ignore_eos=True),
-], ids=["logprobs", "logit_bias", "penalty", "bad_words", "beam"])  # fmt: skip
+], ids=["logprobs", "logit_bias", "penalty", "bad_words", "structured_outputs", "beam"])  # fmt: skip
 def test_rows_that_need_more_than_the_greedy_pick_get_full_logits(tiny_llama_dir, params):
     (want,) = run_all(make_engine(tiny_llama_dir), [PROMPT], params)
     engine = make_engine(tiny_llama_dir)

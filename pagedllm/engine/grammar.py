@@ -1,0 +1,86 @@
+"""Structured outputs on xgrammar (vLLM's default backend): per engine a compiler over the tokenizer's vocabulary,
+per request a compiled grammar, per completion a matcher that says which tokens the grammar allows next and
+accepts each token sampled. A completion ends when its matcher has taken a whole sentence and a stop token."""
+
+import json
+from typing import Any
+
+import torch
+
+from pagedllm.errors import InvalidInputError
+from pagedllm.structured_outputs import StructuredOutputsParams
+
+Grammar = Any  # xgrammar.CompiledGrammar
+Matcher = Any  # xgrammar.GrammarMatcher
+
+
+class GrammarCompiler:
+    """Compiles a request's StructuredOutputsParams for this tokenizer. xgrammar is imported, and the vocabulary
+    read, at the first request that asks for structured outputs (about a second)."""
+
+    def __init__(self, tokenizer: Any, vocab_size: int, stop_ids: set[int]) -> None:
+        self._tokenizer, self._vocab_size, self._stop_ids = tokenizer, vocab_size, sorted(stop_ids)
+        self._compiler: Any = None
+
+    def compile(self, params: StructuredOutputsParams) -> Grammar:
+        kind, text = params.key
+        compiler = self._get()
+        try:
+            if kind == "json":
+                return compiler.compile_json_schema(text)
+            if kind == "json_object":
+                return compiler.compile_builtin_json_grammar()
+            if kind == "regex":
+                return compiler.compile_regex(text)
+            if kind == "choice":
+                return compiler.compile_grammar(choice_grammar(json.loads(text)))
+            return compiler.compile_grammar(text)
+        except RuntimeError as exc:  # xgrammar's parse and schema errors
+            raise InvalidInputError(f"structured_outputs.{kind} cannot be used: {_first_line(exc)}") from None
+
+    def _get(self) -> Any:
+        if self._compiler is None:
+            import xgrammar
+
+            info = xgrammar.TokenizerInfo.from_huggingface(self._tokenizer, vocab_size=self._vocab_size,
+                                                           stop_token_ids=self._stop_ids)  # fmt: skip
+            self._compiler = xgrammar.GrammarCompiler(info)
+        return self._compiler
+
+
+def choice_grammar(choices: list[str]) -> str:
+    """An EBNF grammar whose sentences are the choices (each a quoted literal; JSON's escapes are EBNF's)."""
+    return "root ::= " + " | ".join(json.dumps(c, ensure_ascii=False) for c in choices)
+
+
+def new_matcher(grammar: Grammar) -> Matcher:
+    import xgrammar
+
+    return xgrammar.GrammarMatcher(grammar)
+
+
+def mask_disallowed(logits: torch.Tensor, matchers: list[Matcher | None]) -> None:
+    """In place: -inf for each token row i's matcher does not allow next (rows without one are left alone)."""
+    import xgrammar
+
+    rows = [i for i, m in enumerate(matchers) if m is not None and not m.is_terminated()]
+    if not rows:
+        return
+    vocab = logits.shape[1]
+    bitmask = xgrammar.allocate_token_bitmask(len(rows), vocab)  # int32 [rows, ceil(vocab / 32)], bit set: allowed
+    for j, i in enumerate(rows):
+        matchers[i].fill_next_token_bitmask(bitmask, j)
+    bits = (bitmask.unsqueeze(-1) >> torch.arange(32, dtype=torch.int32)) & 1
+    allowed = bits.reshape(len(rows), -1)[:, :vocab].bool().to(logits.device)
+    index = torch.tensor(rows, device=logits.device)
+    logits[index] = logits[index].masked_fill(~allowed, float("-inf"))
+
+
+def accept(matcher: Matcher, token_id: int) -> bool:
+    """Take the sampled token; True when the completion must end: the grammar took a whole sentence and its stop
+    token, or the token was not one it allows (sampled from a row with every token masked)."""
+    return not matcher.accept_token(token_id) or matcher.is_terminated()
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
