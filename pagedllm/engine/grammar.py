@@ -28,8 +28,8 @@ class GrammarCompiler:
         try:
             if kind == "json":
                 return compiler.compile_json_schema(text)
-            if kind == "json_object":
-                return compiler.compile_builtin_json_grammar()
+            if kind == "json_object":  # an object, as vLLM reads it (xgrammar's built-in JSON takes any value)
+                return compiler.compile_json_schema('{"type": "object"}')
             if kind == "regex":
                 return compiler.compile_regex(text)
             if kind == "choice":
@@ -48,9 +48,22 @@ class GrammarCompiler:
         return self._compiler
 
 
+_EBNF_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
 def choice_grammar(choices: list[str]) -> str:
-    """An EBNF grammar whose sentences are the choices (each a quoted literal; JSON's escapes are EBNF's)."""
-    return "root ::= " + " | ".join(json.dumps(c, ensure_ascii=False) for c in choices)
+    """An EBNF grammar whose sentences are the choices, each a quoted literal."""
+    return "root ::= " + " | ".join(f'"{_ebnf_literal(c)}"' for c in choices)
+
+
+def _ebnf_literal(text: str) -> str:
+    """Backslash escapes for quotes, backslashes and control characters; the rest as it is."""
+    def escape(ch: str) -> str:
+        if ch in _EBNF_ESCAPES:
+            return _EBNF_ESCAPES[ch]
+        return f"\\u{ord(ch):04x}" if ord(ch) < 0x20 or ord(ch) == 0x7F else ch
+
+    return "".join(map(escape, text))
 
 
 def new_matcher(grammar: Grammar) -> Matcher:

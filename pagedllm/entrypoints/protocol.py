@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pagedllm.errors import InvalidInputError
 from pagedllm.model.chat_template import message_text
 from pagedllm.sampling_params import MAX_REPETITION_PENALTY, MAX_TEMPERATURE, MIN_REPETITION_PENALTY, SamplingParams
+from pagedllm.structured_outputs import StructuredOutputsParams
 
 Prompt = str | list[int] | list[str] | list[list[int]]  # the batch forms are capped in prompts()
 Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
@@ -59,16 +60,16 @@ class _SamplingFields(_Body):
     cache_salt: str | None = Field(default=None, min_length=1)
     user: str | None = None
     logit_bias: dict[str, float] | None = None
-    response_format: dict[str, Any] | None = None  # {"type": "text"} only
+    response_format: dict[str, Any] | None = None  # text, json_object or json_schema (structured outputs)
     add_special_tokens: bool | None = None  # vLLM's: the tokenizer's BOS/EOS (default: yes for a prompt, no for chat)
     truncate_prompt_tokens: int | None = None  # vLLM's: keep the prompt's last N tokens (-1: max_model_len)
     allowed_token_ids: list[int] | None = None  # vLLM's: only these tokens may be sampled
     bad_words: list[str] | None = None  # vLLM's: words never sampled
     truncation_side: Literal["left"] | None = None
+    structured_outputs: dict[str, Any] | None = None  # vLLM's: json, regex, choice, grammar or json_object
     # vLLM extras this server does not take: declared so that they are refused, not dropped as unknown
     use_beam_search: bool | None = None
     prompt_logprobs: int | None = None
-    structured_outputs: Any = None
     guided_json: Any = None
     guided_regex: Any = None
     guided_choice: Any = None
@@ -83,18 +84,25 @@ class _SamplingFields(_Body):
 
     def _refuse_unsupported(self, **why: str) -> None:
         """A 400 for each field given (not null / false) that this endpoint does not take, with why."""
-        guided = "structured output (guided decoding) is not implemented"
+        guided = "use structured_outputs (or response_format), as vLLM has since it dropped the guided_ fields"
         for name, reason in {"use_beam_search": "beam search is offline only (LLM.generate)",
-                             "structured_outputs": guided, "guided_json": guided, "guided_regex": guided,
-                             "guided_choice": guided, "guided_grammar": guided,
+                             "guided_json": guided, "guided_regex": guided, "guided_choice": guided,
+                             "guided_grammar": guided,
                              "logprob_token_ids": "logprobs give the top-k only",
                              "return_tokens_as_token_ids": "not implemented", "return_token_ids": "not implemented",
                              **why}.items():
             if getattr(self, name) is not None and getattr(self, name) is not False:  # 0 is given
                 raise InvalidInputError(f"{name} is not supported: {reason}")
-        if self.response_format is not None and self.response_format.get("type") != "text":
-            raise InvalidInputError("response_format other than {'type': 'text'} is not supported (structured "
-                                    "output is not implemented)")
+
+    def _structured_outputs(self) -> StructuredOutputsParams | None:
+        """vLLM's structured_outputs, or OpenAI's response_format: json_object (any JSON object) or json_schema
+        (its json_schema.schema); not both."""
+        from_format = _response_format(self.response_format)
+        if from_format is not None and self.structured_outputs is not None:
+            raise InvalidInputError("response_format other than text and structured_outputs cannot both be given")
+        if self.structured_outputs is not None:
+            return StructuredOutputsParams.from_value(self.structured_outputs)
+        return from_format
 
     def _sampling_kwargs(self, defaults: dict[str, Any]) -> dict[str, Any]:
         """The request's sampling fields; where it leaves one out, the model's default (generation_config.json)
@@ -105,7 +113,7 @@ class _SamplingFields(_Body):
             "skip_special_tokens": self.skip_special_tokens,
             "include_stop_str_in_output": self.include_stop_str_in_output, "logit_bias": self._logit_bias(),
             "allowed_token_ids": self.allowed_token_ids, "truncate_prompt_tokens": self.truncate_prompt_tokens,
-            "bad_words": self.bad_words,
+            "bad_words": self.bad_words, "structured_outputs": self._structured_outputs(),
         }
         optional = ("temperature", "top_p", "top_k", "min_p", "presence_penalty",
                     "frequency_penalty", "repetition_penalty")
@@ -123,6 +131,23 @@ class _SamplingFields(_Body):
         if len(bias) < len(self.logit_bias):  # "1" and "01"
             raise InvalidInputError("logit_bias names a token id twice")
         return bias
+
+
+def _response_format(response_format: dict[str, Any] | None) -> StructuredOutputsParams | None:
+    if response_format is None:
+        return None
+    kind = response_format.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return StructuredOutputsParams(json_object=True)
+    if kind != "json_schema":
+        raise InvalidInputError(f"response_format type {kind!r} is not supported; supported: text, json_object, "
+                                "json_schema")
+    spec = response_format.get("json_schema")
+    if not isinstance(spec, dict) or spec.get("schema") is None:
+        raise InvalidInputError("response_format json_schema must give json_schema.schema, the JSON schema")
+    return StructuredOutputsParams(json=spec["schema"])
 
 
 class CompletionRequest(_SamplingFields):

@@ -13,7 +13,7 @@ from pagedllm import LLM, SamplingParams, StructuredOutputsParams
 from pagedllm.engine.grammar import choice_grammar, mask_disallowed
 from pagedllm.errors import InvalidInputError
 
-CHOICES = ["alpha", "beta gamma", 'say "hi"\n', "éclair"]
+CHOICES = ["alpha", "beta gamma", 'say "hi"\n', "éclair", "back\\slash\b"]
 REGEX = r"[a-c]{2,5}-\d{1,3}"
 GRAMMAR = 'root ::= "(" item ("," item)* ")"\nitem ::= [0-9] | "x"'
 GRAMMAR_RE = r"\((?:[0-9]|x)(?:,(?:[0-9]|x))*\)"
@@ -116,7 +116,7 @@ def test_the_mask_leaves_only_the_allowed_tokens_of_rows_with_a_matcher():
 
 
 def test_choice_grammar_quotes_each_choice():
-    assert choice_grammar(['a"b', "c\\d", "é"]) == 'root ::= "a\\"b" | "c\\\\d" | "é"'
+    assert choice_grammar(['a"b', "c\\d", "é", "\t\x01"]) == 'root ::= "a\\"b" | "c\\\\d" | "é" | "\\t\\u0001"'
 
 
 @pytest.mark.parametrize("kwargs,message", [
