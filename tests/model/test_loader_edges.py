@@ -95,9 +95,10 @@ def test_a_float16_checkpoint_loads(tmp_path, tiny_llama_dir):
 
 
 def test_an_unknown_layer_tensor_name_maps_to_none():
-    """e.g. Qwen3's blk.N.attn_q_norm.weight: None, which read_gguf turns into "unsupported tensor" (a
-    ModelLoadError), not a KeyError."""
+    """e.g. a mixture of experts' blk.N.ffn_gate_exps.weight: None, which read_gguf turns into "unsupported tensor"
+    (a ModelLoadError), not a KeyError."""
     from pagedllm.model.gguf_loader import hf_name
 
-    assert hf_name("blk.0.attn_q_norm.weight") is None
+    assert hf_name("blk.0.ffn_gate_exps.weight") is None
+    assert hf_name("blk.0.attn_q_norm.weight") == "model.layers.0.self_attn.q_norm.weight"  # Qwen3's
     assert hf_name("blk.0.attn_q.bias") == "model.layers.0.self_attn.q_proj.bias"
