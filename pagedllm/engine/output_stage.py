@@ -93,7 +93,7 @@ class OutputStage:
         results: list[SampleResult | None] = [logits.greedy.get(t.row) for t in targets]
         todo = [targets[i] for i, result in enumerate(results) if result is None]
         if todo:
-            rows = [_sampling_row(t.request, t.seq, t.completion, t.completion.generator) for t in todo]
+            rows = [_sampling_row(t.request, t.seq, t.completion) for t in todo]
             picked = logits.rows([t.row for t in todo])
             fresh = iter(sample(picked, rows, self.eos_token_ids))
             results = [result if result is not None else next(fresh) for result in results]
@@ -128,11 +128,9 @@ class OutputStage:
         return None, None
 
 
-def _sampling_row(request: Request, seq: Sequence, completion: Completion | None,
-                  generator: torch.Generator | None = None) -> SamplingRow:
-    grammar = None if completion is None else completion.grammar
-    return SamplingRow(request.params, generator, request.prompt_token_ids, seq.output_ids, request.bad_word_spellings,
-                       grammar)
+def _sampling_row(request: Request, seq: Sequence, completion: Completion) -> SamplingRow:
+    return SamplingRow(request.params, completion.generator, request.prompt_token_ids, seq.output_ids,
+                       request.bad_word_spellings, completion.grammar)
 
 
 def _beam_step(request: Request, items: list[tuple[Sequence, int]], logits: StepLogits) -> BeamStep:
