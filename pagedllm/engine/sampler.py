@@ -1,12 +1,12 @@
 """Sampler: turns one step's logits into one token per row (plus beam-search candidates).
 
-Order per row: allowed tokens -> logit bias -> penalties -> bad words -> min_tokens masking -> (greedy argmax) or
-temperature -> min-p -> top-k -> top-p (renormalised among what min-p and top-k leave, as vLLM
-orders them) -> inverse-CDF draw.
+Order per row: grammar (structured outputs) -> allowed tokens -> logit bias -> penalties -> bad words ->
+min_tokens masking -> (greedy argmax) or temperature -> min-p -> top-k -> top-p (renormalised among what min-p and
+top-k leave, as vLLM orders them) -> inverse-CDF draw.
 
 Logprobs (the chosen token's and the top-k alternatives) come from the
 log-softmax of the raw model logits, before penalties, temperature and
-truncation — what vLLM returns by default.
+truncation — what vLLM returns by default; under a grammar, of the logits it leaves (vLLM masks them first too).
 
 Reproducibility: a row with its own generator draws all of its randomness
 from it (one uniform per step), and every op is row-wise, so its tokens
@@ -73,12 +73,11 @@ def make_generator(seed: int | None, index: int = 0, device: str | torch.device 
 
 def sample(logits: torch.Tensor, rows: list[SamplingRow], eos_token_ids: set[int]) -> list[SampleResult]:
     """Pick one token per row. logits: [N, V] float32, one row per entry of `rows`."""
-    raw = logits = logits.float()
+    raw = logits = _grammar_masked(logits.float(), rows)
     log_z, picks = _log_normaliser(raw)  # [N, 1]: raw logprob = raw logit - log_z
     if any(changes_logits(r) for r in rows):
         logits = apply_penalties(apply_logit_bias(keep_allowed_tokens(logits.clone(), rows), rows), rows)
         ban_bad_words(logits, [r.bad_word_spellings for r in rows], [r.output_ids for r in rows])
-        mask_disallowed(logits, [r.grammar for r in rows])
         mask_stop_tokens(logits, rows, eos_token_ids)
         picks = None  # the raw logits' argmax no longer holds
     tokens = torch.empty(len(rows), dtype=torch.long, device=logits.device)
@@ -97,6 +96,17 @@ def sample(logits: torch.Tensor, rows: list[SamplingRow], eos_token_ids: set[int
     return _results(raw, log_z, tokens, rows)
 
 
+def _grammar_masked(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
+    """The logits with what each row's grammar does not allow at -inf (a copy where a row has one): a row's
+    logprobs are then those of its grammar's tokens, renormalised, as vLLM reports them under structured outputs."""
+    matchers = [r.grammar for r in rows]
+    if all(m is None for m in matchers):
+        return logits
+    masked = logits.clone()
+    mask_disallowed(masked, matchers)
+    return masked
+
+
 def _log_normaliser(raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
     """[N, 1] logsumexp of each row, and on the CPU with the compiled kernels [N] the first argmax of each row
     as well, from one compiled pass (2.7 ms where torch's two ops took 12 ms on [64, 49152], docs/engine.md).
@@ -110,11 +120,11 @@ def _log_normaliser(raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | Non
 
 
 def changes_logits(row: SamplingRow) -> bool:
-    """Whether the row's logits are changed before its pick: allowed tokens, a logit bias, penalties, bad words,
-    a grammar (structured outputs), or stop tokens masked (min_tokens)."""
+    """Whether the row's logits are changed before its pick, past its logprobs: allowed tokens, a logit bias,
+    penalties, bad words, or stop tokens masked (min_tokens)."""
     params = row.params
     return (params.restricts_tokens or params.has_logit_bias or params.has_penalties or bool(row.bad_word_spellings)
-            or row.grammar is not None or len(row.output_ids) < params.min_tokens)
+            or len(row.output_ids) < params.min_tokens)
 
 
 def keep_allowed_tokens(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:

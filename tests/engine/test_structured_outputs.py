@@ -11,6 +11,7 @@ from test_engine import make_engine, random_prompts, run_all
 
 from pagedllm import LLM, SamplingParams, StructuredOutputsParams
 from pagedllm.engine.grammar import choice_grammar, mask_disallowed
+from pagedllm.engine.sampler import SamplingRow, sample
 from pagedllm.errors import InvalidInputError
 
 CHOICES = ["alpha", "beta gamma", 'say "hi"\n', "éclair", "back\\slash\b"]
@@ -57,8 +58,35 @@ def test_a_constraint_changes_nothing_for_the_requests_beside_it(tiny_llama_dir)
         assert mixed[i].outputs[0].token_ids == alone[i].outputs[0].token_ids
 
 
-def test_greedy_picks_the_best_token_the_grammar_allows(tiny_llama_dir):
-    """With logprobs (the model's own, as without a constraint), each pick is the most likely allowed token."""
+class OnlyEven:
+    """A matcher that allows the even tokens."""
+
+    def is_terminated(self):
+        return False
+
+    def fill_next_token_bitmask(self, bitmask, row):
+        bitmask[row] = 0x55555555  # bits 0, 2, 4, ...
+
+
+def test_a_grammar_rows_pick_and_logprobs_are_of_the_tokens_it_allows():
+    """Greedy takes the likeliest allowed token; logprobs, rank and top-k are of the allowed tokens renormalised,
+    as vLLM reports them under structured outputs; a row without a grammar beside it keeps the model's own."""
+    logits = torch.randn(2, 70, generator=torch.Generator().manual_seed(0)) * 3
+    params = SamplingParams(temperature=0.0, logprobs=3)
+    rows = [SamplingRow(params, None, [1], [], grammar=OnlyEven()), SamplingRow(params, None, [1], [])]
+    constrained, free = sample(logits.clone(), rows, {2})
+    allowed = torch.full_like(logits[0], float("-inf"))
+    allowed[::2] = logits[0, ::2]
+    expected = torch.log_softmax(allowed, dim=-1)
+    assert constrained.token_id == int(allowed.argmax()) and constrained.rank == 1
+    assert constrained.logprob == pytest.approx(float(expected.max()), abs=1e-5)
+    assert all(t % 2 == 0 and lp == pytest.approx(float(expected[t]), abs=1e-5)
+               for t, lp in constrained.top_logprobs.items())
+    assert free.token_id == int(logits[1].argmax())
+    assert free.logprob == pytest.approx(float(torch.log_softmax(logits[1], -1).max()), abs=1e-5)
+
+
+def test_logprobs_of_a_constrained_completion_name_only_tokens_its_grammar_allowed(tiny_llama_dir):
     engine = make_engine(tiny_llama_dir)
     params = SamplingParams(temperature=0.0, max_tokens=20, logprobs=5,
                             structured_outputs=StructuredOutputsParams(choice=CHOICES))  # fmt: skip
@@ -67,8 +95,8 @@ def test_greedy_picks_the_best_token_the_grammar_allows(tiny_llama_dir):
     assert completion.text in CHOICES
     first = completion.logprobs[0]
     allowed_firsts = {engine.tokenizer.encode(c, add_special_tokens=False)[0] for c in CHOICES}
-    better = [t for t, lp in first.top.items() if lp > first.logprob]
-    assert not set(better) & allowed_firsts  # a likelier token was not allowed
+    finite = {t for t, lp in first.top.items() if lp > float("-inf")}
+    assert finite <= allowed_firsts and first.token_id in finite and first.rank == 1
 
 
 def test_every_sample_of_n_and_every_preempted_request_keeps_to_its_grammar(tiny_llama_dir):
@@ -101,13 +129,6 @@ def test_max_tokens_cuts_a_sentence_short_with_length(tiny_llama_dir):
 
 
 def test_the_mask_leaves_only_the_allowed_tokens_of_rows_with_a_matcher():
-    class OnlyEven:
-        def is_terminated(self):
-            return False
-
-        def fill_next_token_bitmask(self, bitmask, row):
-            bitmask[row] = 0x55555555  # bits 0, 2, 4, ...: the even tokens
-
     logits = torch.zeros(3, 70)
     mask_disallowed(logits, [OnlyEven(), None, OnlyEven()])
     for row in (0, 2):
