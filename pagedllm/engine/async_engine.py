@@ -43,6 +43,7 @@ class EngineProtocol(Protocol):
     def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
                     arrival_time: float | None = None, cache_salt: str | None = None) -> None: ...
     def abort_request(self, request_id: str) -> None: ...
+    def compile_constraint(self, params: SamplingParams) -> None: ...  # thread-safe
     def step(self) -> list[RequestOutput]: ...
     def has_unfinished_requests(self) -> bool: ...
     def stats(self) -> EngineStats: ...
@@ -190,6 +191,8 @@ class AsyncEngine:
         none where the engine rejects one (its InvalidInputError is raised)."""
         if self._refusal is not None:
             raise RequestAborted(self._refusal)
+        if params.structured_outputs is not None:  # compiled here, off the engine thread (engine/grammar.py)
+            await asyncio.to_thread(self._engine.compile_constraint, params)
         pending = [len(requests)]  # counted until the command runs or the caller stops waiting for it
         arrival = time.time()  # now, not when the engine thread takes the command (after its current step)
 

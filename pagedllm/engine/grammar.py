@@ -3,6 +3,7 @@ per request a compiled grammar, per completion a matcher that says which tokens 
 accepts each token sampled. A completion ends when its matcher has taken a whole sentence and a stop token."""
 
 import json
+import threading
 from typing import Any
 
 import torch
@@ -16,11 +17,14 @@ Matcher = Any  # xgrammar.GrammarMatcher
 
 class GrammarCompiler:
     """Compiles a request's StructuredOutputsParams for this tokenizer. xgrammar is imported, and the vocabulary
-    read, at the first request that asks for structured outputs (about a second)."""
+    read, at the first request that asks for structured outputs (about a second). Safe to call from several
+    threads: xgrammar caches what it compiled, so the server compiles a request's constraint in a worker thread
+    and the engine thread's compile of it finds it there."""
 
     def __init__(self, tokenizer: Any, vocab_size: int, stop_ids: set[int]) -> None:
         self._tokenizer, self._vocab_size, self._stop_ids = tokenizer, vocab_size, sorted(stop_ids)
         self._compiler: Any = None
+        self._lock = threading.Lock()
 
     def compile(self, params: StructuredOutputsParams) -> Grammar:
         kind, text = params.key
@@ -39,13 +43,14 @@ class GrammarCompiler:
             raise InvalidInputError(f"structured_outputs.{kind} cannot be used: {_first_line(exc)}") from None
 
     def _get(self) -> Any:
-        if self._compiler is None:
-            import xgrammar
+        with self._lock:
+            if self._compiler is None:
+                import xgrammar
 
-            info = xgrammar.TokenizerInfo.from_huggingface(self._tokenizer, vocab_size=self._vocab_size,
-                                                           stop_token_ids=self._stop_ids)  # fmt: skip
-            self._compiler = xgrammar.GrammarCompiler(info)
-        return self._compiler
+                info = xgrammar.TokenizerInfo.from_huggingface(self._tokenizer, vocab_size=self._vocab_size,
+                                                               stop_token_ids=self._stop_ids)  # fmt: skip
+                self._compiler = xgrammar.GrammarCompiler(info)
+            return self._compiler
 
 
 _EBNF_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}

@@ -140,6 +140,12 @@ class LLMEngine:
         self.requests[request_id] = request
         return request_id
 
+    def compile_constraint(self, params: SamplingParams) -> None:
+        """Compile params.structured_outputs now, from any thread: add_request then finds it compiled
+        (InvalidInputError for one that does not compile)."""
+        if params.structured_outputs is not None:
+            self.grammars.compile(params.structured_outputs)
+
     def abort_request(self, request_id: str) -> None:
         """Stop a request now and free its blocks; unknown or finished ids are ignored."""
         request = self.requests.pop(request_id, None)

@@ -121,6 +121,9 @@ class FakeEngine:
                                          params, offset, RequestMetrics(arrival_time or time.time()))
         self.waiting.append(request_id)
 
+    def compile_constraint(self, params: SamplingParams) -> None:
+        """The fake engine ignores structured outputs."""
+
     def abort_request(self, request_id: str) -> None:
         req = self.requests.pop(request_id, None)
         if req is None:

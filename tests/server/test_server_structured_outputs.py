@@ -17,14 +17,38 @@ CHOICES = ["red", "green", "blue"]
 
 
 @pytest.fixture(scope="module")
-def client(tiny_llama_dir):
+def engine(tiny_llama_dir):
     from conftest import real_config
 
     from pagedllm.engine.llm_engine import LLMEngine
 
-    server = start_server(LLMEngine(real_config(tiny_llama_dir)))
+    return LLMEngine(real_config(tiny_llama_dir))
+
+
+@pytest.fixture(scope="module")
+def client(engine):
+    server = start_server(engine)
     yield openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=60), server.model
     server.stop()
+
+
+def test_a_constraint_is_compiled_off_the_engine_thread_first(client, engine, monkeypatch):
+    """The engine thread steps everyone's requests: a schema slow to compile must not hold it up. The server
+    compiles it in a worker thread; the engine thread's own compile then finds it in xgrammar's cache."""
+    import threading
+
+    compile_once = engine.grammars.compile
+    threads: list[str] = []
+
+    def recording(params):
+        threads.append(threading.current_thread().name)
+        return compile_once(params)
+
+    monkeypatch.setattr(engine.grammars, "compile", recording)
+    api, model = client
+    api.completions.create(model=model, prompt="id:", max_tokens=8,
+                           extra_body={"structured_outputs": {"regex": "[0-9]{4}"}})  # fmt: skip
+    assert len(threads) == 2 and threads[0] != "pagedllm-engine" and threads[1] == "pagedllm-engine"
 
 
 def test_choices_and_regexes_hold_on_both_endpoints_streamed_or_not(client):
