@@ -3,6 +3,7 @@ file, a vocabulary that does not divide, a step message past its first broadcast
 Each test starts and stops its own engine (one tensor-parallel engine per process at a time)."""
 
 import os
+import re
 
 import pytest
 import torch
@@ -50,6 +51,20 @@ def test_a_kv_head_replicated_over_2_ranks(tiny_mqa_dir) -> None:
     try:
         assert llm.engine.runner.config.num_kv_heads == 1 and llm.engine.runner.config.num_heads == 2
         assert same_completions(completions(llm, PROMPTS, GREEDY), expected)
+    finally:
+        llm.engine.shutdown()
+
+
+def test_structured_outputs_over_2_ranks_equal_size_1(tiny_llama_dir) -> None:
+    """A grammar's rows need full logits, which the ranks gather (not the greedy picks they send otherwise)."""
+    params = SamplingParams(temperature=0.0, max_tokens=16, logprobs=2, structured_outputs={"regex": "[a-e]{3}-[0-9]+"})
+    expected = completions(make_llm(tiny_llama_dir, 1), PROMPTS, params)
+    llm = make_llm(tiny_llama_dir, 2)
+    try:
+        got = completions(llm, PROMPTS, params)
+        assert same_completions(got, expected, logprob_tol=1e-4)
+        texts = [llm.get_tokenizer().decode(ids) for request in got for ids, _ in request]
+        assert all(re.fullmatch("[a-e]{3}-[0-9]+", text) for text in texts), texts
     finally:
         llm.engine.shutdown()
 
