@@ -61,8 +61,8 @@ def build_decoder_stack(layers, num_heads: int, num_kv_heads: int, head_dim: int
         if any(m is None for m in matmuls):
             return None
         amx = amx or any(m.amx for m in matmuls)
-        q_norm, k_norm = (None, None) if attention.q_norm is None else (attention.q_norm.weight, attention.k_norm.weight)
-        stack.add_layer(layer.input_layernorm.weight, layer.post_attention_layernorm.weight, *matmuls, q_norm, k_norm)
+        norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
+        stack.add_layer(*norms, *matmuls, _weight(attention.q_norm), _weight(attention.k_norm))
     return DecoderStack(stack, AMX_OWN_MAX_ROWS if amx else None)
 
 
@@ -71,3 +71,8 @@ def _norms(layer) -> list:
     attention = layer.self_attn
     heads = [] if attention.q_norm is None else [attention.q_norm, attention.k_norm]
     return [layer.input_layernorm, layer.post_attention_layernorm, *heads]
+
+
+def _weight(norm) -> torch.Tensor | None:
+    """A norm's weight; None for a norm the layer does not have (Qwen3's q and k norms elsewhere)."""
+    return None if norm is None else norm.weight

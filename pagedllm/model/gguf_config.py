@@ -55,8 +55,7 @@ def _gguf_rope_scaling(meta: dict[str, Any], arch: str, read: ConfigReader,
     """As llama.cpp reads it: per-frequency factors from a rope_freqs tensor (Llama 3.1+), or `rope.scaling.type`
     linear (also a factor given without a type, or the older `rope.scale_linear`) or yarn."""
     kind = read.str(f"{arch}.rope.scaling.type", None)
-    factor = next((f for key in ("rope.scaling.factor", "rope.scale_linear")
-                   if (f := read.float(f"{arch}.{key}", 0.0)) not in (0.0, 1.0)), 1.0)  # 0: not set # fmt: skip
+    factor = _gguf_rope_factor(arch, read)
     if kind in (None, "none") and factor == 1.0:
         return None if rope_freqs is None or set(rope_freqs) == {1.0} else FrequencyFactorsRope(rope_freqs)
     if rope_freqs is not None:
@@ -69,5 +68,16 @@ def _gguf_rope_scaling(meta: dict[str, Any], arch: str, read: ConfigReader,
     if variant := [key for key in _YARN_VARIANT_KEYS if f"{arch}.rope.scaling.{key}" in meta]:
         raise ModelLoadError(f"GGUF metadata: unsupported yarn rope scaling setting {arch}.rope.scaling.{variant[0]}")
     original = read.int(f"{arch}.rope.scaling.original_context_length", read.int(f"{arch}.context_length", 2048))
-    betas = (read.float(f"{arch}.rope.scaling.yarn_beta_fast", 32.0), read.float(f"{arch}.rope.scaling.yarn_beta_slow", 1.0))
-    return YarnRope(factor, original, yarn_attention_factor(factor), *betas)
+    beta_fast = read.float(f"{arch}.rope.scaling.yarn_beta_fast", 32.0)
+    beta_slow = read.float(f"{arch}.rope.scaling.yarn_beta_slow", 1.0)
+    return YarnRope(factor, original, yarn_attention_factor(factor), beta_fast, beta_slow)
+
+
+def _gguf_rope_factor(arch: str, read: ConfigReader) -> float:
+    """llama.cpp's rope scaling factor: `rope.scaling.factor`, else the older `rope.scale_linear` (0 reads as
+    not set); 1 where neither is."""
+    for key in ("rope.scaling.factor", "rope.scale_linear"):
+        factor = read.float(f"{arch}.{key}", 0.0)
+        if factor not in (0.0, 1.0):
+            return factor
+    return 1.0

@@ -83,7 +83,8 @@ class YarnRope:
     def _ramp_ends(self, dim: int, theta: float) -> tuple[float, float]:
         """The dimensions where `beta_fast` and `beta_slow` rotations fit in the original context."""
         def dimension(rotations: float) -> float:
-            return dim * math.log(self.original_max_position_embeddings / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+            wavelengths = self.original_max_position_embeddings / (rotations * 2 * math.pi)
+            return dim * math.log(wavelengths) / (2 * math.log(theta))
 
         low, high = dimension(self.beta_fast), dimension(self.beta_slow)
         if self.truncate:

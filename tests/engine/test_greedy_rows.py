@@ -1,7 +1,7 @@
 """Which rows the LM head's greedy pass may serve, on any CPU: the head is made to pick as the AMX one does
 (each row's argmax and its raw logprob), and a step whose rows need more than that (logprobs, a logit bias,
-penalties, bad words, a grammar, beams) must still get full logits and give the tokens and logprobs of an engine without the
-pass."""
+penalties, bad words, a grammar, beams) must still get full logits and give the tokens and logprobs of an engine
+without the pass."""
 
 import pytest
 import torch

@@ -42,8 +42,8 @@ ROPE_SCALINGS = [
 
 
 @pytest.mark.parametrize("model_type,overrides",
-                         [("llama", {}), ("qwen2", {}), ("qwen3", {"head_dim": 32}), ("llama", {"num_key_value_heads": 1}),
-                          *ROPE_SCALINGS])  # fmt: skip
+                         [("llama", {}), ("qwen2", {}), ("qwen3", {"head_dim": 32}),
+                          ("llama", {"num_key_value_heads": 1}), *ROPE_SCALINGS])  # fmt: skip
 def test_f32_gguf_equals_hf_weights(tmp_path, model_type, overrides):
     hf = make_hf_model(model_type, **overrides)
     model, config = load_model(write_gguf(hf, tmp_path / "m.gguf"))

@@ -81,7 +81,8 @@ def test_gguf_rope_scaling_as_llama_cpp_reads_it(keys, expected):
     ({"llama.rope.scaling.type": "longrope", "llama.rope.scaling.factor": 2.0}, None, "unsupported GGUF rope scaling"),
     ({"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 2.0, "llama.rope.scaling.yarn_log_multiplier":
       0.1}, None, "unsupported yarn rope scaling setting llama.rope.scaling.yarn_log_multiplier"),
-    ({"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 2.0}, (1.0,) * 32, "rope_freqs tensor together"),
+    ({"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 2.0}, (1.0,) * 32,
+     "rope_freqs tensor together"),
     ({}, (1.0,) * 8, "rope_freqs holds 8 factors; the head's rotary has 32 frequencies"),
     ({}, (1.0,) * 31 + (0.0,), "positive finite"),
     ({"llama.rope.scaling.type": 2}, None, "scaling.type must be a string"),

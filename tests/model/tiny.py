@@ -45,7 +45,8 @@ def make_hf_model(model_type: str = "llama", seed: int = 0, **overrides: Any) ->
     config_cls = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config,
                   "mistral": transformers.MistralConfig, "qwen3": transformers.Qwen3Config}[model_type]  # fmt: skip
     model_cls = {"llama": transformers.LlamaForCausalLM, "qwen2": transformers.Qwen2ForCausalLM,
-                 "mistral": transformers.MistralForCausalLM, "qwen3": transformers.Qwen3ForCausalLM}[model_type]  # fmt: skip
+                 "mistral": transformers.MistralForCausalLM,
+                 "qwen3": transformers.Qwen3ForCausalLM}[model_type]  # fmt: skip
     torch.manual_seed(seed)
     config = config_cls(**tiny_config_kwargs(**overrides))
     model = model_cls(config).eval()
