@@ -42,15 +42,9 @@ class StructuredOutputsParams:
             raise InvalidInputError(f"structured_outputs.json_object must be true, got {value!r}")
 
     @property
-    def key(self) -> tuple[str, str]:
-        """(kind, its value as text): what the grammar is compiled from, and cached by."""
-        kind = next(k for k in _KINDS if getattr(self, k) is not None)
-        value = getattr(self, kind)
-        if kind == "json":
-            return kind, json.dumps(value)  # in its own order: a schema's properties come in it
-        if kind == "choice":
-            return kind, json.dumps(value)
-        return kind, "" if kind == "json_object" else value
+    def kind(self) -> str:
+        """Which of the five fields is given."""
+        return next(k for k in _KINDS if getattr(self, k) is not None)
 
     @classmethod
     def from_value(cls, value: "StructuredOutputsParams | dict[str, Any]") -> "StructuredOutputsParams":

@@ -27,18 +27,18 @@ class GrammarCompiler:
         self._lock = threading.Lock()
 
     def compile(self, params: StructuredOutputsParams) -> Grammar:
-        kind, text = params.key
+        kind = params.kind
         compiler = self._get()
         try:
-            if kind == "json":
-                return compiler.compile_json_schema(text)
+            if kind == "json":  # the schema in its own order: its properties come in that order
+                return compiler.compile_json_schema(json.dumps(params.json))
             if kind == "json_object":  # an object, as vLLM reads it (xgrammar's built-in JSON takes any value)
                 return compiler.compile_json_schema('{"type": "object"}')
             if kind == "regex":
-                return compiler.compile_regex(text)
+                return compiler.compile_regex(params.regex)
             if kind == "choice":
-                return compiler.compile_grammar(choice_grammar(json.loads(text)))
-            return compiler.compile_grammar(text)
+                return compiler.compile_grammar(choice_grammar(params.choice))
+            return compiler.compile_grammar(params.grammar)
         except RuntimeError as exc:  # xgrammar's parse and schema errors
             raise InvalidInputError(f"structured_outputs.{kind} cannot be used: {_first_line(exc)}") from None
 

@@ -140,11 +140,11 @@ class LLMEngine:
         self.requests[request_id] = request
         return request_id
 
-    def compile_constraint(self, params: SamplingParams) -> None:
-        """Compile params.structured_outputs now, from any thread: add_request then finds it compiled
-        (InvalidInputError for one that does not compile)."""
-        if params.structured_outputs is not None:
-            self.grammars.compile(params.structured_outputs)
+    def compile_constraint(self, params: SamplingParams) -> object | None:
+        """params.structured_outputs compiled (None without one), from any thread: xgrammar keeps what it compiled,
+        so the server compiles first in a worker thread and add_request's compile finds it (InvalidInputError for
+        one that does not compile)."""
+        return None if params.structured_outputs is None else self.grammars.compile(params.structured_outputs)
 
     def abort_request(self, request_id: str) -> None:
         """Stop a request now and free its blocks; unknown or finished ids are ignored."""
@@ -243,7 +243,7 @@ class LLMEngine:
             max_total_len=self.scheduler.check_request(len(token_ids), width, params.max_tokens),
             extra_keys=(self.model_name,) + (() if cache_salt is None else ("salt", cache_salt)),
             bad_word_spellings=bad_words,
-            grammar=None if params.structured_outputs is None else self.grammars.compile(params.structured_outputs),
+            grammar=self.compile_constraint(params),
         )
 
     def warm_up(self, num_tokens: int = 32) -> None:

@@ -64,7 +64,8 @@ def _template_message(message: dict[str, Any]) -> dict[str, Any]:
     role = message.get("role")
     if not isinstance(role, str):
         raise InvalidInputError(f"messages: every message needs a string 'role', got {role!r}")
-    return {**message, "role": "system" if role == "developer" else role, "content": message_text(message.get("content"))}
+    role = "system" if role == "developer" else role
+    return {**message, "role": role, "content": message_text(message.get("content"))}
 
 
 def message_text(content: Any) -> str:
