@@ -13,6 +13,7 @@ from pagedllm.config import EngineConfig
 from pagedllm.engine.llm_engine import LLMEngine
 from pagedllm.engine.outputs import RequestOutput
 from pagedllm.engine.stats import EngineStats
+from pagedllm.entrypoints.tool_calls import check_tools
 from pagedllm.errors import InvalidInputError
 from pagedllm.sampling_params import SamplingParams
 
@@ -78,9 +79,12 @@ class LLM:
         continue_final_message: bool = False,
         chat_template_kwargs: dict[str, Any] | None = None,
         chat_template: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> list[RequestOutput]:
         """Apply the model's chat template (or `chat_template`, a Jinja template's text) to each conversation
-        (messages as the server takes them: pagedllm.model.chat_template), then generate."""
+        (messages as the server takes them: pagedllm.model.chat_template), with `tools` (OpenAI's function tools)
+        for templates that take them, then generate. As in vLLM, the tool calls stay in the text: the server's
+        tool_choice parses them."""
         for name, value in (("add_generation_prompt", add_generation_prompt),
                             ("continue_final_message", continue_final_message)):
             if not isinstance(value, bool):
@@ -89,9 +93,11 @@ class LLM:
             raise InvalidInputError(f"chat_template_kwargs must be a dict, got {chat_template_kwargs!r:.80}")
         if chat_template is not None and not isinstance(chat_template, str):
             raise InvalidInputError(f"chat_template must be a template's text, got {chat_template!r:.80}")
+        if tools is not None:
+            check_tools(tools)
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         options = dict(add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message,
-                       template_kwargs=chat_template_kwargs, chat_template=chat_template)
+                       template_kwargs=chat_template_kwargs, chat_template=chat_template, tools=tools)
         rendered = [self.engine.apply_chat_template(c, **options) for c in conversations]
         return self._generate([_Prompt(ids, text) for text, ids in rendered], sampling_params, use_tqdm)
 

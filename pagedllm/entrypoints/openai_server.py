@@ -12,6 +12,7 @@ from pagedllm.engine.engine_thread import EngineThread
 from pagedllm.entrypoints.server.app import create_app
 from pagedllm.entrypoints.server import DEFAULT_MAX_REQUEST_BYTES
 from pagedllm.entrypoints.server.memory import freed_memory_releaser
+from pagedllm.entrypoints.server.tool_settings import ToolSettings
 from pagedllm.metrics import ServerMetrics
 
 logger = logging.getLogger("pagedllm.server")
@@ -46,14 +47,16 @@ def build_server(engine: EngineProtocol, host: str = "127.0.0.1", port: int = 80
                  max_waiting_requests: int | None = None, shutdown_timeout: float = 5.0,
                  log_level: str = "info", api_key: str | None = None,
                  max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-                 engine_thread: EngineThread | None = None) -> uvicorn.Server:
+                 engine_thread: EngineThread | None = None,
+                 tool_settings: ToolSettings = ToolSettings()) -> uvicorn.Server:
     """A uvicorn server for `engine`; in-flight requests get `shutdown_timeout` s to finish on exit.
     `engine_thread`: the thread that built the engine, which then steps it too."""
     metrics = ServerMetrics(engine.model_name)
     async_engine = AsyncEngine(engine, observer=metrics, max_waiting_requests=max_waiting_requests,
                                on_idle=freed_memory_releaser(), on_fatal=lambda _: server.request_exit(),
                                thread=engine_thread)
-    app = create_app(async_engine, metrics, api_key=api_key, max_request_bytes=max_request_bytes)
+    app = create_app(async_engine, metrics, api_key=api_key, max_request_bytes=max_request_bytes,
+                     tool_settings=tool_settings)
     # uvicorn's own timeout is the fallback, should a handler not end after the abort.
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
                             timeout_graceful_shutdown=5.0, access_log=False)

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pagedllm.entrypoints.tool_calls import ToolChoice, check_tools, resolve_tool_choice
 from pagedllm.errors import InvalidInputError
 from pagedllm.model.chat_template import message_text
 from pagedllm.sampling_params import MAX_REPETITION_PENALTY, MAX_TEMPERATURE, MIN_REPETITION_PENALTY, SamplingParams
@@ -217,7 +218,7 @@ class _TemplateFields(_Body):
     """How a request's messages go through the model's chat template (chat completions and /tokenize alike)."""
 
     messages: list[ChatMessage] | None = None
-    tools: list[dict[str, Any]] | None = None  # refused: there is no function calling
+    tools: list[dict[str, Any]] | None = None  # function tools: to the chat template (pagedllm/entrypoints/tool_calls)
     documents: list[dict[str, Any]] | None = None  # to the chat template, as vLLM passes them
     reasoning_effort: str | None = None  # to the chat template
     add_generation_prompt: bool = True
@@ -228,8 +229,8 @@ class _TemplateFields(_Body):
     def check_template_fields(self) -> None:
         if self.chat_template is not None:
             raise InvalidInputError("chat_template is not supported: the model's own template is used")
-        if self.tools:
-            raise InvalidInputError("tools (function calling) are not supported")
+        if self.tools is not None:
+            check_tools(self.tools)
 
     def template_messages(self) -> list[dict[str, Any]]:
         return [m.as_template_dict() for m in self.messages or []]
@@ -241,7 +242,7 @@ class _TemplateFields(_Body):
             kwargs = {**(kwargs or {}), "reasoning_effort": self.reasoning_effort}
         return {"add_generation_prompt": self.add_generation_prompt,
                 "continue_final_message": self.continue_final_message,
-                "template_kwargs": kwargs, "documents": self.documents}
+                "template_kwargs": kwargs, "documents": self.documents, "tools": self.tools}
 
 
 class ChatCompletionRequest(_SamplingFields, _TemplateFields):
@@ -250,8 +251,9 @@ class ChatCompletionRequest(_SamplingFields, _TemplateFields):
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = None
-    functions: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None  # only "none" / "auto": there are no tools
+    functions: list[dict[str, Any]] | None = None  # OpenAI's older form of tools: refused
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
     function_call: str | dict[str, Any] | None = None
     echo: bool = False  # vLLM's: the answer starts with the last message's text where that is the assistant's
 
@@ -263,24 +265,37 @@ class ChatCompletionRequest(_SamplingFields, _TemplateFields):
             return ""
         return message_text(last.as_template_dict()["content"])
 
-    def to_sampling_params(self, defaults: dict[str, Any] | None = None) -> SamplingParams:
-        """defaults: the model's sampling defaults (LLMEngine.sampling_defaults), its max_tokens included."""
+    def tool_choice_for(self, parser: str | None, auto_enabled: bool) -> ToolChoice | None:
+        """The request's tools and tool_choice, checked; `parser` and `auto_enabled`: the server's
+        --tool-call-parser and --enable-auto-tool-choice."""
+        if self.functions is not None or self.function_call is not None:
+            raise InvalidInputError("functions and function_call are not supported: use tools and tool_choice")
+        return resolve_tool_choice(self.tools, self.tool_choice, self.parallel_tool_calls, parser, auto_enabled)
+
+    def to_sampling_params(self, defaults: dict[str, Any] | None = None,
+                           tools: ToolChoice | None = None) -> SamplingParams:
+        """defaults: the model's sampling defaults (LLMEngine.sampling_defaults), its max_tokens included. `tools`:
+        the request's tool choice (tool_choice_for): a forced call holds the answer to its schema, and "auto" keeps
+        special tokens in the text, where a model's tool-call tags may be ones."""
         defaults = defaults or {}
         self._refuse_unsupported(prompt_logprobs="use /v1/completions with echo and logprobs")
         self.check_template_fields()
-        if self.functions:
-            raise InvalidInputError("functions (function calling) are not supported")
-        for name in ("tool_choice", "function_call"):
-            if getattr(self, name) not in (None, "none", "auto"):
-                raise InvalidInputError(f"{name} {getattr(self, name)!r} is not supported: there are no tools")
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidInputError("top_logprobs requires logprobs to be true")
         max_tokens, max_tokens_field = self.asked_max_tokens()
         if max_tokens is None:
             max_tokens = defaults.get("max_tokens")
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
+        kwargs = self._sampling_kwargs(defaults)
+        if tools is not None and tools.forced:
+            if kwargs["structured_outputs"] is not None:
+                raise InvalidInputError("structured_outputs (or response_format) and a required or named tool_choice "
+                                        "cannot both be given: the tool call's schema is the constraint")
+            kwargs["structured_outputs"] = tools.constraint()
+        if tools is not None and tools.mode == "auto":
+            kwargs["skip_special_tokens"] = False
         try:
-            return SamplingParams(max_tokens=max_tokens, logprobs=logprobs, **self._sampling_kwargs(defaults))
+            return SamplingParams(max_tokens=max_tokens, logprobs=logprobs, **kwargs)
         except InvalidInputError as exc:  # named as this request named the field
             renamed = {"logprobs": "top_logprobs", "max_tokens": max_tokens_field}
             field, _, rest = str(exc).partition(" ")

@@ -29,6 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"key every route but /health requires (default ${API_KEY_ENV})")
     parser.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES,
                         help=f"answer 413 to a larger request body (default {DEFAULT_MAX_REQUEST_BYTES})")
+    tools = parser.add_argument_group("tool calling")
+    tools.add_argument("--tool-call-parser", default=None, choices=["hermes"],
+                       help="how the model writes tool calls, for tool_choice auto (hermes: <tool_call> JSON)")
+    tools.add_argument("--enable-auto-tool-choice", action="store_true",
+                       help='let requests leave the choice of tools to the model (tool_choice "auto", the default '
+                            "when tools are given); needs --tool-call-parser")
     add_engine_arguments(parser)
 
 
@@ -45,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from pagedllm.engine.engine_thread import EngineThread
     from pagedllm.entrypoints.openai_server import bind, build_server
     from pagedllm.entrypoints.server.memory import bound_onednn_cache
+    from pagedllm.entrypoints.server.tool_settings import ToolSettings
     from pagedllm.errors import InvalidInputError
 
     if args.max_waiting_requests is not None and args.max_waiting_requests < 1:
@@ -53,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError("--max-request-bytes must be >= 1")
     if args.api_key is not None and not args.api_key.strip():
         raise InvalidInputError("--api-key must not be empty or blank")
+    tool_settings = ToolSettings(args.tool_call_parser, args.enable_auto_tool_choice)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(message)s")
     bound_onednn_cache()
     config = engine_config_from_args(args)
@@ -61,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
     sock = bind(args.host, args.port)
     server = build_server(engine, args.host, args.port, args.max_waiting_requests,
                           args.shutdown_timeout, args.log_level, api_key=args.api_key,
-                          max_request_bytes=args.max_request_bytes, engine_thread=engine_thread)
+                          max_request_bytes=args.max_request_bytes, engine_thread=engine_thread,
+                          tool_settings=tool_settings)
     _log_startup(engine, args.host, sock.getsockname()[1])
     warn_if_exposed(args.host, sock.getsockname()[1], args.api_key)
     try:

@@ -1,10 +1,13 @@
 """Conversations through a model's chat template, the same for LLM.chat and the server.
 
 Messages are normalised as vLLM's server takes them: the `developer` role is `system`, content given as a list
-of text parts is their texts joined by newlines, and no content is an empty string. Other keys of a message
-(`name`, `tool_call_id`, `tool_calls`) reach the template as given.
+of text parts is their texts joined by newlines, and no content is an empty string. An assistant message's
+`tool_calls` reach the template with each call's `arguments` as an object (OpenAI's clients send the JSON text;
+the templates read the object, and arguments that are not a JSON object become `{}`, so that a conversation
+holding one can go on); an empty list is dropped. Other keys (`name`, `tool_call_id`) reach it as given.
 """
 
+import json
 from typing import Any
 
 from pagedllm.errors import InvalidInputError
@@ -19,9 +22,10 @@ def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def render_chat(tokenizer: Any, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
                 continue_final_message: bool = False, template_kwargs: dict[str, Any] | None = None,
-                documents: list[dict[str, Any]] | None = None, chat_template: str | None = None) -> str:
-    """The conversation (and documents, for templates that take them) as the prompt text the model's template
-    makes of it, or `chat_template` (a Jinja template's text) where given."""
+                documents: list[dict[str, Any]] | None = None, chat_template: str | None = None,
+                tools: list[dict[str, Any]] | None = None) -> str:
+    """The conversation (and documents and tools, for templates that take them) as the prompt text the model's
+    template makes of it, or `chat_template` (a Jinja template's text) where given."""
     from jinja2 import TemplateError, TemplateSyntaxError
 
     if chat_template is None and getattr(tokenizer, "chat_template", "") is None:  # (a transformers tokenizer)
@@ -38,6 +42,8 @@ def render_chat(tokenizer: Any, messages: list[dict[str, Any]], add_generation_p
         options["continue_final_message"] = True
     if documents is not None:
         options["documents"] = documents
+    if tools is not None:
+        options["tools"] = tools
     if chat_template is not None:
         options["chat_template"] = chat_template
     try:
@@ -65,7 +71,39 @@ def _template_message(message: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(role, str):
         raise InvalidInputError(f"messages: every message needs a string 'role', got {role!r}")
     role = "system" if role == "developer" else role
-    return {**message, "role": role, "content": message_text(message.get("content"))}
+    normalised = {**message, "role": role, "content": message_text(message.get("content"))}
+    if "tool_calls" in message:
+        calls = _template_tool_calls(message["tool_calls"])
+        if calls:
+            normalised["tool_calls"] = calls
+        else:
+            del normalised["tool_calls"]
+    return normalised
+
+
+def _template_tool_calls(calls: Any) -> list[dict[str, Any]] | None:
+    """An assistant message's tool calls with their arguments as objects (see the module's docstring)."""
+    if calls is None:
+        return None
+    if not isinstance(calls, list):
+        raise InvalidInputError(f"messages: tool_calls must be a list of calls, got {calls!r}")
+    result = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or call.get("type", "function") != "function":
+            raise InvalidInputError('messages: each of tool_calls must be {"type": "function", "function": '
+                                    '{"name": ..., "arguments": ...}}')
+        result.append({**call, "function": {**function, "arguments": _arguments_object(function.get("arguments"))}})
+    return result
+
+
+def _arguments_object(arguments: Any) -> dict[str, Any]:
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError:
+            arguments = {}
+    return arguments if isinstance(arguments, dict) else {}
 
 
 def message_text(content: Any) -> str:

@@ -20,6 +20,8 @@ from pagedllm.entrypoints.server.prompts import PromptProcessor
 from pagedllm.entrypoints.server.request_body import parse_body
 from pagedllm.entrypoints.server.submission import (Submission, check_capacity, check_model, submit,
                                                      until_disconnected)
+from pagedllm.entrypoints.server.tool_settings import ToolSettings
+from pagedllm.entrypoints.tool_calls import ParsedMessage, ToolCallStream, ToolChoice, parse_message
 from pagedllm.sampling_params import SamplingParams
 
 router = APIRouter()
@@ -32,10 +34,12 @@ async def create_chat_completion(request: Request) -> Any:
     body = await parse_body(request, ChatCompletionRequest)
     check_model(engine, body.model)
     body.check_stream_options()
-    params = body.to_sampling_params(engine.sampling_defaults)
+    settings: ToolSettings = request.app.state.tool_settings
+    tools = body.tool_choice_for(settings.parser, settings.auto_tool_choice)
+    params = body.to_sampling_params(engine.sampling_defaults, tools)
     prompt = await _prompt_ids(request.app.state.prompts, engine.max_model_len, body, params)
     submission = await submit(engine, "chatcmpl", [prompt], params, body.cache_salt)
-    view = _View(body, submission, params.n, request.app.state.token_text)
+    view = _View(body, submission, params.n, request.app.state.token_text, tools)
     if body.stream:
         return StreamingResponse(view.stream(), media_type="text/event-stream", headers=sse.HEADERS)
     finals = await until_disconnected(request, submission.collect(), submission)
@@ -58,10 +62,14 @@ async def _prompt_ids(processor: PromptProcessor, max_model_len: int, body: Chat
 class _View:
     """Shapes one chat call's engine outputs into the OpenAI response or chunks."""
 
-    def __init__(self, body: ChatCompletionRequest, submission: Submission, n: int, text_of: TokenText) -> None:
+    def __init__(self, body: ChatCompletionRequest, submission: Submission, n: int, text_of: TokenText,
+                 tools: ToolChoice | None) -> None:
         self.body, self.submission, self.n, self.text_of = body, submission, n, text_of
         self.echo = body.echoed_text()
         self.usage = sse.ChunkUsage(body.stream_options, submission.prompt_lengths)
+        self.tools = tools if tools is not None and tools.mode != "none" else None  # None: the text is the content
+        self._streams: dict[int, ToolCallStream] = {}
+        self._held: dict[int, _Held] = {}
 
     def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
         return {"id": self.submission.id, "object": obj, "created": self.submission.created,
@@ -73,27 +81,41 @@ class _View:
         return chat_logprobs(entries, self.text_of)
 
     def response(self, final: RequestOutput) -> dict[str, Any]:
-        choices = [{"index": c.index, "message": {"role": "assistant", "content": self.echo + c.text},
-                    "logprobs": self._logprobs(c.logprobs), "finish_reason": c.finish_reason,
+        choices = [{"index": c.index, **self._message(c.text, c.finish_reason), "logprobs": self._logprobs(c.logprobs),
                     "stop_reason": c.stop_reason} for c in sorted(final.outputs, key=lambda c: c.index)]
         usage = sse.usage(len(final.prompt_token_ids), sum(len(c.token_ids) for c in final.outputs))
         return {**self._envelope("chat.completion", choices), "usage": usage}
+
+    def _message(self, text: str, finish_reason: str | None) -> dict[str, Any]:
+        """A choice's message and finish reason: the text as content, or the tool calls found in it."""
+        if self.tools is None:
+            return {"message": {"role": "assistant", "content": self.echo + text}, "finish_reason": finish_reason}
+        parsed: ParsedMessage = parse_message(self.tools, text)
+        message: dict[str, Any] = {"role": "assistant", "content": _echoed(self.echo, parsed.content)}
+        if parsed.tool_calls:
+            message["tool_calls"] = [call.to_json() for call in parsed.tool_calls]
+        return {"message": message, "finish_reason": parsed.finish_reason(self.tools, finish_reason)}
 
     def _chunk(self, choice: dict[str, Any], new_tokens: int = 0) -> str:
         chunk = self._envelope("chat.completion.chunk", [choice])
         return sse.event(self.usage.stamp(chunk, 0, choice["index"], new_tokens))
 
     def _delta_chunks(self, delta: ChoiceDelta) -> list[str]:
-        chunks = []
-        if delta.text:
-            chunks.append(self._chunk({"index": delta.index, "delta": {"content": delta.text},
-                                       "logprobs": self._logprobs(delta.logprobs), "finish_reason": None},
-                                      len(delta.token_ids)))
-        if delta.finish_reason is not None:
-            logprobs = None if delta.text else self._logprobs(delta.logprobs)
-            chunks.append(self._chunk({"index": delta.index, "delta": {}, "logprobs": logprobs,
-                                       "finish_reason": delta.finish_reason, "stop_reason": delta.stop_reason},
-                                      0 if delta.text else len(delta.token_ids)))
+        """The chunks of a choice's new text: content, tool calls, the finish. Tokens whose text a tool call still
+        holds go out (with their logprobs) in the next chunk sent."""
+        held = self._held.setdefault(delta.index, _Held())
+        held.add(delta)
+        content, calls, finish = delta.text, [], delta.finish_reason
+        if self.tools is not None:
+            stream = self._streams.setdefault(delta.index, ToolCallStream(self.tools))
+            content, calls = stream.feed(delta.text, finish is not None)
+            finish = stream.finish_reason(finish)
+        parts = ([{"content": content}] if content else []) + ([{"tool_calls": calls}] if calls else [])
+        chunks = [self._chunk({"index": delta.index, "delta": part, "logprobs": self._logprobs(held.logprobs),
+                               "finish_reason": None}, held.take()) for part in parts]
+        if finish is not None:
+            chunks.append(self._chunk({"index": delta.index, "delta": {}, "logprobs": self._logprobs(held.logprobs),
+                                       "finish_reason": finish, "stop_reason": delta.stop_reason}, held.take()))
         return chunks
 
     async def stream(self) -> AsyncIterator[str]:
@@ -120,3 +142,25 @@ class _View:
         finally:
             self.submission.abort_unfinished()
         yield sse.DONE
+
+
+class _Held:
+    """A streamed choice's tokens (and their logprobs) not yet sent in a chunk."""
+
+    def __init__(self) -> None:
+        self.tokens = 0
+        self.logprobs: list | None = None
+
+    def add(self, delta: ChoiceDelta) -> None:
+        self.tokens += len(delta.token_ids)
+        if delta.logprobs is not None:
+            self.logprobs = (self.logprobs or []) + delta.logprobs
+
+    def take(self) -> int:
+        """The held tokens' count, as they go out now (their logprobs with them)."""
+        tokens, self.tokens, self.logprobs = self.tokens, 0, None
+        return tokens
+
+
+def _echoed(echo: str, content: str | None) -> str | None:
+    return echo + content if content is not None else (echo or None)
