@@ -268,8 +268,9 @@ class ChatCompletionRequest(_SamplingFields, _TemplateFields):
     def tool_choice_for(self, parser: str | None, auto_enabled: bool) -> ToolChoice | None:
         """The request's tools and tool_choice, checked; `parser` and `auto_enabled`: the server's
         --tool-call-parser and --enable-auto-tool-choice."""
-        if self.functions is not None or self.function_call is not None:
-            raise InvalidInputError("functions and function_call are not supported: use tools and tool_choice")
+        for name in ("functions", "function_call"):
+            if getattr(self, name) is not None:
+                raise InvalidInputError(f"{name} is not supported: use tools and tool_choice (OpenAI's newer form)")
         return resolve_tool_choice(self.tools, self.tool_choice, self.parallel_tool_calls, parser, auto_enabled)
 
     def to_sampling_params(self, defaults: dict[str, Any] | None = None,

@@ -70,6 +70,16 @@ def test_chat_with_a_template_of_ones_own(llm):
         llm.chat([{"role": "user", "content": "hi"}], chat_template=3)
 
 
+def test_chat_gives_the_template_the_tools(llm):
+    template = "{% for t in tools %}<{{ t.function.name }}>{% endfor %}{% for m in messages %}{{ m.content }}{% endfor %}"
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    (out,) = llm.chat([{"role": "user", "content": "hi"}], SamplingParams(max_tokens=1, **GREEDY), use_tqdm=False,
+                      chat_template=template, tools=tools)  # fmt: skip
+    assert out.prompt == "<get_weather>hi"
+    with pytest.raises(InvalidInputError, match="only function tools"):
+        llm.chat([{"role": "user", "content": "hi"}], chat_template=template, tools=[{"type": "retrieval"}])
+
+
 def test_sampled_tokens_logprobs_read_as_vllms_dicts_with_ranks(llm, hf_model):
     """Sampled (not the likeliest) tokens: their ranks against transformers' logprobs of the same positions."""
     prompt = random_prompts(1, seed=5, low=12, high=12)[0]

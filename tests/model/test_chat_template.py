@@ -8,6 +8,9 @@ from pagedllm.errors import InvalidInputError
 from pagedllm.model.chat_template import render_chat, template_messages
 
 
+CALL = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 40, "b": 2}'}}
+
+
 @pytest.fixture(scope="module")
 def tokenizer():
     return make_tiny_tokenizer()
@@ -18,15 +21,36 @@ def test_messages_are_normalised_as_the_server_takes_them():
         {"role": "developer", "content": "be brief"},
         {"role": "user", "content": [{"type": "text", "text": "line one"}, {"type": "text", "text": "line two"}],
          "name": "alice"},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]},
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
         {"role": "tool", "content": "42", "tool_call_id": "c1"},
     ]
     assert template_messages(messages) == [
         {"role": "system", "content": "be brief"},
         {"role": "user", "content": "line one\nline two", "name": "alice"},  # joined by newlines, as vLLM does
-        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1"}]},
+        {"role": "assistant", "content": "", "tool_calls": [  # arguments as the templates read them
+            {**CALL, "function": {"name": "add", "arguments": {"a": 40, "b": 2}}}]},
         {"role": "tool", "content": "42", "tool_call_id": "c1"},
     ]
+
+
+@pytest.mark.parametrize("arguments,expected", [
+    ('{"a": 1}', {"a": 1}), ({"a": 1}, {"a": 1}), ("", {}), (None, {}), ("not json", {}), ("[1, 2]", {}),
+])  # fmt: skip
+def test_tool_call_arguments_reach_the_template_as_an_object(arguments, expected):
+    """OpenAI's clients send them as JSON text; one that is not a JSON object becomes {} (as vLLM makes it), so
+    that a conversation holding it can go on."""
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+    [message] = template_messages([{"role": "assistant", "content": None, "tool_calls": [call]}])
+    assert message["tool_calls"][0]["function"]["arguments"] == expected
+    assert "tool_calls" not in template_messages([{"role": "assistant", "content": "x", "tool_calls": []}])[0]
+
+
+def test_tools_reach_the_template(tokenizer):
+    template = "{% for t in tools %}[{{ t.function.name }}]{% endfor %}{% for m in messages %}{{ m.content }}{% endfor %}"
+    tools = [{"type": "function", "function": {"name": "add"}}]
+    text = render_chat(tokenizer, [{"role": "user", "content": "hi"}], add_generation_prompt=False,
+                       chat_template=template, tools=tools)
+    assert text == "[add]hi"
 
 
 @pytest.mark.parametrize("messages,message", [
@@ -34,6 +58,8 @@ def test_messages_are_normalised_as_the_server_takes_them():
     ([{"role": "user", "content": [{"type": "text"}]}], "needs its 'text' string"),
     ([{"content": "x"}], "needs a string 'role'"),
     ([["user", "x"]], "list of"),
+    ([{"role": "assistant", "tool_calls": [{"id": "c1"}]}], "each of tool_calls must be"),
+    ([{"role": "assistant", "tool_calls": {"id": "c1"}}], "tool_calls must be a list"),
 ])  # fmt: skip
 def test_bad_messages_are_refused(tokenizer, messages, message):
     with pytest.raises(InvalidInputError, match=message):
