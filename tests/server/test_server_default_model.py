@@ -40,6 +40,35 @@ def test_default_model_knows_the_capital_of_france(default_model_path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_default_model_calls_a_named_tool_and_the_required_ones(default_model_path) -> None:
+    """The weather question: a named call gives arguments its schema accepts, and so does "required"."""
+    import json
+
+    from pagedllm.engine.llm_engine import LLMEngine
+
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+        "required": ["city", "unit"]}}}  # fmt: skip
+    engine = LLMEngine(EngineConfig(model=str(default_model_path), num_blocks=256, max_model_len=1024))
+    server = start_server(engine)
+    try:
+        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        ask = dict(model=server.model, temperature=0, max_tokens=60, tools=[weather],
+                   messages=[{"role": "user", "content": "What is the weather like in Paris today?"}])
+        named = client.chat.completions.create(**ask, tool_choice={"type": "function",
+                                                                  "function": {"name": "get_weather"}})
+        [call] = named.choices[0].message.tool_calls
+        assert named.choices[0].finish_reason == "stop" and json.loads(call.function.arguments) == {
+            "city": "Paris", "unit": "celsius"}
+        required = client.chat.completions.create(**ask, tool_choice="required").choices[0]
+        assert required.finish_reason == "tool_calls" and required.message.tool_calls[0].function.name == "get_weather"
+        assert json.loads(required.message.tool_calls[0].function.arguments)["city"] == "Paris"
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_dashboard_shows_the_real_pool_while_requests_run(default_model_path, tmp_path) -> None:
     """The live page in headless Chromium, with the real engine and model behind it."""
