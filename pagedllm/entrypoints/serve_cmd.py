@@ -11,6 +11,7 @@ from typing import Any
 
 from pagedllm.entrypoints.engine_args import add_engine_arguments, engine_config_from_args
 from pagedllm.entrypoints.server import DEFAULT_MAX_REQUEST_BYTES
+from pagedllm.entrypoints.tool_calls import TOOL_CALL_PARSERS
 
 API_KEY_ENV = "PAGEDLLM_API_KEY"
 
@@ -30,8 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES,
                         help=f"answer 413 to a larger request body (default {DEFAULT_MAX_REQUEST_BYTES})")
     tools = parser.add_argument_group("tool calling")
-    tools.add_argument("--tool-call-parser", default=None, choices=["hermes"],
-                       help="how the model writes tool calls, for tool_choice auto (hermes: <tool_call> JSON)")
+    tools.add_argument("--tool-call-parser", default=None, choices=list(TOOL_CALL_PARSERS),
+                       help="how the model writes tool calls, for tool_choice auto (hermes: JSON in <tool_call> "
+                            "tags; llama3_json: Llama 3.1+ JSON)")
     tools.add_argument("--enable-auto-tool-choice", action="store_true",
                        help='let requests leave the choice of tools to the model (tool_choice "auto", the default '
                             "when tools are given); needs --tool-call-parser")

@@ -10,7 +10,7 @@ import pytest
 
 from pagedllm.entrypoints.server.tool_settings import ToolSettings
 from pagedllm.entrypoints.tool_calls import ToolCallStream, parse_message, resolve_tool_choice
-from pagedllm.entrypoints.tool_calls.parsers import HermesParser
+from pagedllm.entrypoints.tool_calls.parsers import HermesParser, Llama3JsonParser
 from pagedllm.errors import InvalidInputError
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -76,6 +76,7 @@ def test_the_server_settings_are_checked():
         ToolSettings(None, True)
     with pytest.raises(InvalidInputError, match="not known"):
         ToolSettings("mistral", True)
+    assert ToolSettings("llama3_json", True).parser == "llama3_json"
 
 
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich"}}\n</tool_call>'
@@ -93,6 +94,27 @@ CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich"}}\n
 ])  # fmt: skip
 def test_hermes_finds_the_calls_or_leaves_all_as_content(text, expected):
     found = HermesParser().parse(text)
+    got = None if found is None else (found[0], [(c.name, c.arguments) for c in found[1]])
+    assert got == expected
+
+
+LLAMA_CALL = '{"name": "get_weather", "parameters": {"city": "Zürich"}}'
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("plain words", None),
+    (LLAMA_CALL, (None, [("get_weather", {"city": "Zürich"})])),
+    ("<|python_tag|>" + LLAMA_CALL + "; " + LLAMA_CALL.replace("parameters", "arguments"),
+     (None, [("get_weather", {"city": "Zürich"})] * 2)),
+    ("Sure. " + LLAMA_CALL, ("Sure. ", [("get_weather", {"city": "Zürich"})])),
+    ('{"name": "f", "arguments": {"x": 1}, "parameters": {"y": 2}}', (None, [("f", {"x": 1})])),
+    ("a set {1, 2}", None),  # a brace that begins no call: all is content
+    ('{"city": "Oslo"}', None),  # no name
+    (LLAMA_CALL + ' {"name": "get_time"}', None),
+    ('{"name": "get_weather", "parameters": {"ci', None),  # cut short
+])  # fmt: skip
+def test_llama3_json_finds_the_calls_or_leaves_all_as_content(text, expected):
+    found = Llama3JsonParser().parse(text)
     got = None if found is None else (found[0], [(c.name, c.arguments) for c in found[1]])
     assert got == expected
 
@@ -148,6 +170,9 @@ def _streamed(tool_choice, text, rng):
     ("auto", "no calls here, only < and <tool and <tool_cal"),
     ("auto", "Hi <tool_call>{"),  # a call that never parses: all of it was content
     ("auto", CALL),
+    ("llama3_json", "Sure. <|python_tag|>" + LLAMA_CALL + "; " + LLAMA_CALL),
+    ("llama3_json", "no call, only <|python and a set {1, 2}"),
+    ("llama3_json", "<|python_t"),
     ("required", '[{"name": "get_time", "parameters": {}}, {"name": "get_weather", "parameters": {"city": "A"}}]'),
     ("required", '[{"name": "get_time", "param'),
     ({"type": "function", "function": {"name": "get_weather"}}, '\n {"city": "Oslo"}'),
@@ -155,7 +180,8 @@ def _streamed(tool_choice, text, rng):
 ])  # fmt: skip
 def test_a_stream_sends_what_the_whole_answer_holds_however_the_text_comes(tool_choice, text):
     rng = random.Random(7)
-    resolved = choice(tool_choice)
+    resolved = (resolve_tool_choice(TOOLS, "auto", None, "llama3_json", True) if tool_choice == "llama3_json"
+                else choice(tool_choice))
     whole = parse_message(resolved, text)
     expected_content = whole.content or None
     for _ in range(40):

@@ -3,8 +3,13 @@
 
 `hermes` (Hermes 2 Pro and later, Qwen2.5, Qwen3 and other templates of that format): each call is a JSON object
 `{"name": ..., "arguments": {...}}` between `<tool_call>` and `</tool_call>`; the text before the first
-`<tool_call>` is the answer's content. A call cut short by the end of the answer is read up to that end. Where any
-call does not parse, the whole text is the content and there are no calls (as vLLM reads it).
+`<tool_call>` is the answer's content. A call cut short by the end of the answer is read up to that end.
+
+`llama3_json` (Llama 3.1 and later with their templates' JSON calls): each call is a JSON object `{"name": ...,
+"parameters": {...}}` (or `"arguments"`, which wins), after an optional `<|python_tag|>`, several joined by anything (`; `);
+every `{` outside a call found so far begins one. The text before the first call is the content.
+
+Where any call does not parse, the whole text is the content and there are no calls (as vLLM reads it).
 """
 
 from __future__ import annotations
@@ -49,6 +54,38 @@ class HermesParser:
         return len(text) - _partial_overlap(text, self.start), False
 
 
+class Llama3JsonParser:
+    tag = "<|python_tag|>"
+    _decoder = json.JSONDecoder()
+
+    def parse(self, text: str) -> tuple[str | None, list[FoundCall]] | None:
+        start = self._start(text)
+        if start is None:
+            return None
+        calls, end = [], start
+        while (brace := text.find("{", end)) >= 0:
+            try:
+                call, end = self._decoder.raw_decode(text, brace)
+            except json.JSONDecodeError:
+                return None
+            arguments = call.get("arguments", call.get("parameters")) if isinstance(call, dict) else None
+            if not isinstance(call.get("name") if isinstance(call, dict) else None, str) or arguments is None:
+                return None
+            calls.append(FoundCall(call["name"], arguments))
+        return (text[:start] or None, calls) if calls else None
+
+    def content_end(self, text: str) -> tuple[int, bool]:
+        start = self._start(text)
+        if start is not None:
+            return start, True
+        return len(text) - _partial_overlap(text, self.tag), False
+
+    def _start(self, text: str) -> int | None:
+        """Where the first call begins (its tag or its brace), if anywhere."""
+        found = [i for i in (text.find(self.tag), text.find("{")) if i >= 0]
+        return min(found) if found else None
+
+
 def _partial_overlap(text: str, tag: str) -> int:
     """The length of the longest ending of `text` that begins `tag` (and is shorter than it)."""
     for size in range(min(len(tag) - 1, len(text)), 0, -1):
@@ -57,4 +94,4 @@ def _partial_overlap(text: str, tag: str) -> int:
     return 0
 
 
-TOOL_CALL_PARSERS = {"hermes": HermesParser}
+TOOL_CALL_PARSERS = {"hermes": HermesParser, "llama3_json": Llama3JsonParser}
