@@ -256,6 +256,7 @@ class ChatCompletionRequest(_SamplingFields, _TemplateFields):
     parallel_tool_calls: bool | None = None
     function_call: str | dict[str, Any] | None = None
     echo: bool = False  # vLLM's: the answer starts with the last message's text where that is the assistant's
+    include_reasoning: bool = True  # vLLM's: with a reasoning parser, the message's reasoning (false: null)
 
     def echoed_text(self) -> str:
         """What echo puts before each choice's text: the last message's, as the template read it, where it is an

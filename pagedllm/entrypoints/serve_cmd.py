@@ -11,6 +11,7 @@ from typing import Any
 
 from pagedllm.entrypoints.engine_args import add_engine_arguments, engine_config_from_args
 from pagedllm.entrypoints.server import DEFAULT_MAX_REQUEST_BYTES
+from pagedllm.entrypoints.reasoning import REASONING_PARSERS
 from pagedllm.entrypoints.tool_calls import TOOL_CALL_PARSERS
 
 API_KEY_ENV = "PAGEDLLM_API_KEY"
@@ -37,6 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tools.add_argument("--enable-auto-tool-choice", action="store_true",
                        help='let requests leave the choice of tools to the model (tool_choice "auto", the default '
                             "when tools are given); needs --tool-call-parser")
+    parser.add_argument("--reasoning-parser", default=None, choices=list(REASONING_PARSERS),
+                        help="split a thinking model's <think> reasoning from its answer (the message's reasoning)")
     add_engine_arguments(parser)
 
 
@@ -53,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from pagedllm.engine.engine_thread import EngineThread
     from pagedllm.entrypoints.openai_server import bind, build_server
     from pagedllm.entrypoints.server.memory import bound_onednn_cache
-    from pagedllm.entrypoints.server.tool_settings import ToolSettings
+    from pagedllm.entrypoints.server.chat_parsers import ChatParsers
     from pagedllm.errors import InvalidInputError
 
     if args.max_waiting_requests is not None and args.max_waiting_requests < 1:
@@ -62,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError("--max-request-bytes must be >= 1")
     if args.api_key is not None and not args.api_key.strip():
         raise InvalidInputError("--api-key must not be empty or blank")
-    tool_settings = ToolSettings(args.tool_call_parser, args.enable_auto_tool_choice)
+    chat_parsers = ChatParsers(args.tool_call_parser, args.enable_auto_tool_choice, args.reasoning_parser)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(message)s")
     bound_onednn_cache()
     config = engine_config_from_args(args)
@@ -72,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     server = build_server(engine, args.host, args.port, args.max_waiting_requests,
                           args.shutdown_timeout, args.log_level, api_key=args.api_key,
                           max_request_bytes=args.max_request_bytes, engine_thread=engine_thread,
-                          tool_settings=tool_settings)
+                          chat_parsers=chat_parsers)
     _log_startup(engine, args.host, sock.getsockname()[1])
     warn_if_exposed(args.host, sock.getsockname()[1], args.api_key)
     try:

@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from pagedllm.entrypoints.server.tool_settings import ToolSettings
+from pagedllm.entrypoints.server.chat_parsers import ChatParsers
 from server_harness import start_server
 
 TEMPLATE = ("{% if tools %}<|im_start|>system\n{% for t in tools %}{{ t.function.name }};{% endfor %}<|im_end|>\n"
@@ -43,8 +43,8 @@ def engine(tiny_llama_dir):
 @pytest.fixture(scope="module")
 def servers(engine):
     """The same engine served twice in turn is not possible; one server with auto tool choice on is enough,
-    and ToolSettings() (off) is checked on its own below."""
-    server = start_server(engine, tool_settings=ToolSettings("hermes", True))
+    and ChatParsers() (off) is checked on its own below."""
+    server = start_server(engine, chat_parsers=ChatParsers("hermes", True))
     yield server
     server.stop()
 

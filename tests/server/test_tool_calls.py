@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from pagedllm.entrypoints.server.tool_settings import ToolSettings
+from pagedllm.entrypoints.server.chat_parsers import ChatParsers
 from pagedllm.entrypoints.tool_calls import ToolCallStream, parse_message, resolve_tool_choice
 from pagedllm.entrypoints.tool_calls.parsers import HermesParser, Llama3JsonParser
 from pagedllm.errors import InvalidInputError
@@ -73,10 +73,10 @@ def test_required_joins_the_functions_defs_at_the_top_and_leaves_the_request_as_
 
 def test_the_server_settings_are_checked():
     with pytest.raises(InvalidInputError, match="needs --tool-call-parser"):
-        ToolSettings(None, True)
+        ChatParsers(None, True)
     with pytest.raises(InvalidInputError, match="not known"):
-        ToolSettings("mistral", True)
-    assert ToolSettings("llama3_json", True).parser == "llama3_json"
+        ChatParsers("mistral", True)
+    assert ChatParsers("llama3_json", True).tool_call_parser == "llama3_json"
 
 
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich"}}\n</tool_call>'

@@ -15,13 +15,13 @@ from pagedllm.entrypoints.server.body_limit import BodyLimit
 from pagedllm.entrypoints.server.errors import install_error_handlers
 from pagedllm.engine.token_text import TokenText
 from pagedllm.entrypoints.server.prompts import PromptProcessor
-from pagedllm.entrypoints.server.tool_settings import ToolSettings
+from pagedllm.entrypoints.server.chat_parsers import ChatParsers
 from pagedllm.metrics import ServerMetrics
 
 
 def create_app(engine: AsyncEngine, metrics: ServerMetrics, shutdown_timeout: float = 10.0,
                api_key: str | None = None, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-               tool_settings: ToolSettings = ToolSettings()) -> FastAPI:
+               chat_parsers: ChatParsers = ChatParsers()) -> FastAPI:
     """An app serving `engine`; the engine thread starts and stops with the app's lifespan.
 
     With `api_key`, every route but /health needs it; bodies past `max_request_bytes` get a 413.
@@ -43,7 +43,7 @@ def create_app(engine: AsyncEngine, metrics: ServerMetrics, shutdown_timeout: fl
     app.state.token_text = TokenText(engine.tokenizer)
     app.state.started = int(time.time())
     app.state.prompts = prompts
-    app.state.tool_settings = tool_settings
+    app.state.chat_parsers = chat_parsers
     app.add_middleware(BodyLimit, max_bytes=max_request_bytes)
     if api_key is not None:
         app.add_middleware(APIKeyAuth, api_key=api_key)  # added last: runs first

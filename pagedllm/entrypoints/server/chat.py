@@ -20,8 +20,9 @@ from pagedllm.entrypoints.server.prompts import PromptProcessor
 from pagedllm.entrypoints.server.request_body import parse_body
 from pagedllm.entrypoints.server.submission import (Submission, check_capacity, check_model, submit,
                                                      until_disconnected)
-from pagedllm.entrypoints.server.tool_settings import ToolSettings
-from pagedllm.entrypoints.tool_calls import ParsedMessage, ToolCallStream, ToolChoice, parse_message
+from pagedllm.entrypoints.reasoning import opens_in_reasoning
+from pagedllm.entrypoints.server.chat_parsers import ChatParsers
+from pagedllm.entrypoints.server.chat_text import ChatText, ChoiceStream
 from pagedllm.sampling_params import SamplingParams
 
 router = APIRouter()
@@ -34,12 +35,16 @@ async def create_chat_completion(request: Request) -> Any:
     body = await parse_body(request, ChatCompletionRequest)
     check_model(engine, body.model)
     body.check_stream_options()
-    settings: ToolSettings = request.app.state.tool_settings
-    tools = body.tool_choice_for(settings.parser, settings.auto_tool_choice)
+    parsers: ChatParsers = request.app.state.chat_parsers
+    tools = body.tool_choice_for(parsers.tool_call_parser, parsers.auto_tool_choice)
     params = body.to_sampling_params(engine.sampling_defaults, tools)
     prompt = await _prompt_ids(request.app.state.prompts, engine.max_model_len, body, params)
+    opened = None
+    if parsers.reasoning_parser is not None:  # does the prompt leave a <think> open?
+        opened = opens_in_reasoning(parsers.reasoning_parser, await request.app.state.prompts.decode(prompt[-8:]))
+    chat_text = ChatText(tools, opened, body.include_reasoning, body.echoed_text())
     submission = await submit(engine, "chatcmpl", [prompt], params, body.cache_salt)
-    view = _View(body, submission, params.n, request.app.state.token_text, tools)
+    view = _View(body, submission, params.n, request.app.state.token_text, chat_text)
     if body.stream:
         return StreamingResponse(view.stream(), media_type="text/event-stream", headers=sse.HEADERS)
     finals = await until_disconnected(request, submission.collect(), submission)
@@ -63,12 +68,12 @@ class _View:
     """Shapes one chat call's engine outputs into the OpenAI response or chunks."""
 
     def __init__(self, body: ChatCompletionRequest, submission: Submission, n: int, text_of: TokenText,
-                 tools: ToolChoice | None) -> None:
+                 chat_text: ChatText) -> None:
         self.body, self.submission, self.n, self.text_of = body, submission, n, text_of
-        self.echo = body.echoed_text()
+        self.echo = chat_text.echo
         self.usage = sse.ChunkUsage(body.stream_options, submission.prompt_lengths)
-        self.tools = tools if tools is not None and tools.mode != "none" else None  # None: the text is the content
-        self._streams: dict[int, ToolCallStream] = {}
+        self.chat_text = chat_text
+        self._streams: dict[int, ChoiceStream] = {}
         self._held: dict[int, _Held] = {}
 
     def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
@@ -81,36 +86,24 @@ class _View:
         return chat_logprobs(entries, self.text_of)
 
     def response(self, final: RequestOutput) -> dict[str, Any]:
-        choices = [{"index": c.index, **self._message(c.text, c.finish_reason), "logprobs": self._logprobs(c.logprobs),
+        choices = [{"index": c.index, **self.chat_text.message(c.text, c.finish_reason),
+                    "logprobs": self._logprobs(c.logprobs),
                     "stop_reason": c.stop_reason} for c in sorted(final.outputs, key=lambda c: c.index)]
         usage = sse.usage(len(final.prompt_token_ids), sum(len(c.token_ids) for c in final.outputs))
         return {**self._envelope("chat.completion", choices), "usage": usage}
-
-    def _message(self, text: str, finish_reason: str | None) -> dict[str, Any]:
-        """A choice's message and finish reason: the text as content, or the tool calls found in it."""
-        if self.tools is None:
-            return {"message": {"role": "assistant", "content": self.echo + text}, "finish_reason": finish_reason}
-        parsed: ParsedMessage = parse_message(self.tools, text)
-        message: dict[str, Any] = {"role": "assistant", "content": _echoed(self.echo, parsed.content)}
-        if parsed.tool_calls:
-            message["tool_calls"] = [call.to_json() for call in parsed.tool_calls]
-        return {"message": message, "finish_reason": parsed.finish_reason(self.tools, finish_reason)}
 
     def _chunk(self, choice: dict[str, Any], new_tokens: int = 0) -> str:
         chunk = self._envelope("chat.completion.chunk", [choice])
         return sse.event(self.usage.stamp(chunk, 0, choice["index"], new_tokens))
 
     def _delta_chunks(self, delta: ChoiceDelta) -> list[str]:
-        """The chunks of a choice's new text: content, tool calls, the finish. Tokens whose text a tool call still
-        holds go out (with their logprobs) in the next chunk sent."""
+        """The chunks of a choice's new text: reasoning, content, tool calls, the finish. Tokens whose text is still
+        held (a tool call, a tag not yet whole) go out (with their logprobs) in the next chunk sent."""
         held = self._held.setdefault(delta.index, _Held())
         held.add(delta)
-        content, calls, finish = delta.text, [], delta.finish_reason
-        if self.tools is not None:
-            stream = self._streams.setdefault(delta.index, ToolCallStream(self.tools))
-            content, calls = stream.feed(delta.text, finish is not None)
-            finish = stream.finish_reason(finish)
-        parts = ([{"content": content}] if content else []) + ([{"tool_calls": calls}] if calls else [])
+        stream = self._streams.setdefault(delta.index, ChoiceStream(self.chat_text))
+        parts = stream.feed(delta.text, delta.finish_reason is not None)
+        finish = stream.finish_reason(delta.finish_reason) if delta.finish_reason is not None else None
         chunks = [self._chunk({"index": delta.index, "delta": part, "logprobs": self._logprobs(held.logprobs),
                                "finish_reason": None}, held.take()) for part in parts]
         if finish is not None:
@@ -161,6 +154,3 @@ class _Held:
         tokens, self.tokens, self.logprobs = self.tokens, 0, None
         return tokens
 
-
-def _echoed(echo: str, content: str | None) -> str | None:
-    return echo + content if content is not None else (echo or None)

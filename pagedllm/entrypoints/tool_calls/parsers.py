@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from pagedllm.entrypoints.text_tags import partial_tag_overlap
+
 
 @dataclass(frozen=True, slots=True)
 class FoundCall:
@@ -51,7 +53,7 @@ class HermesParser:
         `<tool_call>`, else all but an ending that may yet become one."""
         if self.start in text:
             return text.index(self.start), True
-        return len(text) - _partial_overlap(text, self.start), False
+        return len(text) - partial_tag_overlap(text, self.start), False
 
 
 class Llama3JsonParser:
@@ -78,20 +80,12 @@ class Llama3JsonParser:
         start = self._start(text)
         if start is not None:
             return start, True
-        return len(text) - _partial_overlap(text, self.tag), False
+        return len(text) - partial_tag_overlap(text, self.tag), False
 
     def _start(self, text: str) -> int | None:
         """Where the first call begins (its tag or its brace), if anywhere."""
         found = [i for i in (text.find(self.tag), text.find("{")) if i >= 0]
         return min(found) if found else None
-
-
-def _partial_overlap(text: str, tag: str) -> int:
-    """The length of the longest ending of `text` that begins `tag` (and is shorter than it)."""
-    for size in range(min(len(tag) - 1, len(text)), 0, -1):
-        if text.endswith(tag[:size]):
-            return size
-    return 0
 
 
 TOOL_CALL_PARSERS = {"hermes": HermesParser, "llama3_json": Llama3JsonParser}

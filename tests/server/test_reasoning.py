@@ -1,0 +1,60 @@
+"""Reasoning parsers (pagedllm/entrypoints/reasoning.py): a thinking model's answer split into reasoning and
+content, and a stream sending exactly what the whole answer holds however its text comes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from pagedllm.entrypoints.reasoning import ReasoningStream, opens_in_reasoning, split_reasoning
+
+
+@pytest.mark.parametrize("text,opened,expected", [
+    ("<think>\nweigh it\n</think>\n\nYes.", False, ("\nweigh it\n", "\n\nYes.")),
+    ("  <think>a</think>b", False, ("a", "b")),
+    ("plain answer", False, (None, "plain answer")),
+    ("plain </think> answer", False, (None, "plain </think> answer")),  # not open: all content
+    ("weigh it</think>Yes.", True, ("weigh it", "Yes.")),  # the prompt opened the block
+    ("<think>cut short", False, ("cut short", None)),
+    ("still thinking", True, ("still thinking", None)),
+    ("<think>a</think>", True, ("a", None)),
+    ("<thi", False, (None, "<thi")),
+    ("", True, (None, None)),
+])  # fmt: skip
+def test_an_answer_splits_into_reasoning_and_content(text, opened, expected):
+    assert split_reasoning(text, opened) == expected
+
+
+def test_which_answers_begin_in_reasoning():
+    assert opens_in_reasoning("deepseek_r1", "<|Assistant|>")
+    assert opens_in_reasoning("qwen3", "<|im_start|>assistant\n<think>\n")
+    assert not opens_in_reasoning("qwen3", "<|im_start|>assistant\n")
+    assert not opens_in_reasoning("qwen3", "<|im_start|>assistant\n<think>\n\n</think>\n\n")  # thinking off
+    with pytest.raises(ValueError):
+        opens_in_reasoning("granite", "")
+
+
+@pytest.mark.parametrize("text", ["<think>\nweigh it\n</think>\n\nYes.", " <thin", "<think>a</thi", "a</think>b</think>",
+                                  "no reasoning at all", "<think></think>"])  # fmt: skip
+@pytest.mark.parametrize("opened", [False, True])
+def test_a_stream_sends_what_the_whole_answer_holds(text, opened):
+    rng = random.Random(3)
+    whole = split_reasoning(text, opened)
+    for _ in range(30):
+        cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(0, 8))))
+        pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
+        stream, reasoning, content = ReasoningStream(opened), "", ""
+        for i, piece in enumerate(pieces):
+            r, c = stream.feed(piece, i == len(pieces) - 1)
+            reasoning, content = reasoning + r, content + c
+        assert (reasoning or None, content or None) == whole
+
+
+def test_a_stream_holds_only_what_may_yet_be_a_tag():
+    stream = ReasoningStream(False)
+    assert stream.feed("<th", False) == ("", "")
+    assert stream.feed("ink>Let me see</th", False) == ("Let me see", "")
+    assert stream.feed("ink>\n\nYes", False) == ("", "\n\nYes")
+    plain = ReasoningStream(False)
+    assert plain.feed("Hello", False) == ("", "Hello")
