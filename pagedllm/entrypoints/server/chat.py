@@ -147,7 +147,8 @@ class _Held:
     def add(self, delta: ChoiceDelta) -> None:
         self.tokens += len(delta.token_ids)
         if delta.logprobs is not None:
-            self.logprobs = (self.logprobs or []) + delta.logprobs
+            self.logprobs = self.logprobs or []
+            self.logprobs.extend(delta.logprobs)
 
     def take(self) -> int:
         """The held tokens' count, as they go out now (their logprobs with them)."""

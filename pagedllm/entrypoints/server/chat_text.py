@@ -23,19 +23,24 @@ class ChatText:
 
     def message(self, text: str, finish_reason: str | None) -> dict[str, Any]:
         """{"message": ..., "finish_reason": ...} of a whole choice."""
-        reasoning, content = (None, text) if self.reasoning_opened is None else split_reasoning(text,
-                                                                                                self.reasoning_opened)
+        reasoning, content = self._split(text)
         calls = []
         if self.calls_tools:
             parsed = parse_message(self.tools, content or "")
-            content, calls, finish_reason = parsed.content, parsed.tool_calls, parsed.finish_reason(self.tools,
-                                                                                                    finish_reason)
+            content, calls = parsed.content, parsed.tool_calls
+            finish_reason = parsed.finish_reason(self.tools, finish_reason)
         message: dict[str, Any] = {"role": "assistant", "content": _echoed(self.echo, content)}
         if self.reasoning_opened is not None:
             message["reasoning"] = reasoning if self.include_reasoning else None
         if calls:
             message["tool_calls"] = [call.to_json() for call in calls]
         return {"message": message, "finish_reason": finish_reason}
+
+    def _split(self, text: str) -> tuple[str | None, str | None]:
+        """(reasoning, content); without a reasoning parser the text is the content."""
+        if self.reasoning_opened is None:
+            return None, text
+        return split_reasoning(text, self.reasoning_opened)
 
 
 class ChoiceStream:
