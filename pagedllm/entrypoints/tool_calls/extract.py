@@ -78,6 +78,7 @@ class ToolCallStream:
         self.sent = 0  # characters of text already sent (as content, or as a named call's arguments)
         self.calling = False  # auto: a call has begun, the rest waits for the end
         self.named_started = False
+        self.parser = TOOL_CALL_PARSERS[choice.parser]() if choice.mode == "auto" else None
         self.parsed: ParsedMessage | None = None  # once the answer has ended
 
     def feed(self, text: str, ended: bool) -> tuple[str, list[dict[str, Any]]]:
@@ -107,6 +108,8 @@ class ToolCallStream:
         return [{"index": 0, "function": {"arguments": new}}]
 
     def _auto_content(self) -> str:
-        end, self.calling = TOOL_CALL_PARSERS[self.choice.parser]().content_end(self.text)
-        content, self.sent = self.text[self.sent:end], max(self.sent, end)
-        return content
+        # only the unsent text is looked at: what was sent holds no call, nor the beginning of one
+        tail = self.text[self.sent:]
+        end, self.calling = self.parser.content_end(tail)
+        self.sent += end
+        return tail[:end]
