@@ -19,12 +19,19 @@ class StructuredOutputsParams:
     choice: list[str] | None = None
     grammar: str | None = None  # EBNF (GBNF, as llama.cpp and xgrammar write it)
     json_object: bool | None = None  # True: any JSON object
+    # pagedllm's, for thinking models: the constraint holds after a `<think>...</think>` block, which is free text.
+    # "open": the answer begins inside the block; "optional": it may begin with one. (The server sets it where a
+    # reasoning parser is on; a request body cannot.)
+    after_reasoning: str | None = None
 
     def __post_init__(self) -> None:
         given = [kind for kind in _KINDS if getattr(self, kind) is not None]
         if len(given) != 1:
             raise InvalidInputError(f"structured_outputs must give exactly one of {', '.join(_KINDS)}; got "
                                     f"{', '.join(given) or 'none'}")
+        if self.after_reasoning not in (None, "open", "optional"):
+            raise InvalidInputError(f'structured_outputs.after_reasoning must be "open" or "optional", got '
+                                    f"{self.after_reasoning!r}")
         self._check(given[0])
 
     def _check(self, kind: str) -> None:

@@ -30,6 +30,8 @@ class GrammarCompiler:
         kind = params.kind
         compiler = self._get()
         try:
+            if params.after_reasoning is not None:
+                return compiler.compile_structural_tag(after_reasoning_tag(params))
             if kind == "json":  # the schema in its own order: its properties come in that order
                 return compiler.compile_json_schema(json.dumps(params.json))
             if kind == "json_object":  # an object, as vLLM reads it (xgrammar's built-in JSON takes any value)
@@ -51,6 +53,30 @@ class GrammarCompiler:
                                                                stop_token_ids=self._stop_ids)  # fmt: skip
                 self._compiler = xgrammar.GrammarCompiler(info)
             return self._compiler
+
+
+def after_reasoning_tag(params: StructuredOutputsParams) -> str:
+    """The constraint after a thinking model's `<think>...</think>` block of free text and the whitespace after it,
+    as an xgrammar structural tag: "open", the answer begins inside the block; "optional", it may begin with one.
+    (A structural tag, not Grammar objects joined: xgrammar's Python Grammar.from_ebnf reads non-ASCII literals
+    wrongly, where the structural tag's compiler reads them right.)"""
+    thought_first = {"type": "sequence", "elements": [
+        {"type": "tag", "begin": "" if params.after_reasoning == "open" else "<think>", "content": {"type": "any_text"},
+         "end": "</think>"},
+        {"type": "regex", "pattern": r"\s*"},
+        _tag_element(params)]}  # fmt: skip
+    answer = thought_first if params.after_reasoning == "open" else {"type": "or", "elements": [
+        thought_first, _tag_element(params)]}
+    return json.dumps({"type": "structural_tag", "format": answer}, ensure_ascii=False)
+
+
+def _tag_element(params: StructuredOutputsParams) -> dict[str, Any]:
+    kind = params.kind
+    if kind in ("json", "json_object"):
+        return {"type": "json_schema", "json_schema": params.json if kind == "json" else {"type": "object"}}
+    if kind == "regex":
+        return {"type": "regex", "pattern": params.regex}
+    return {"type": "grammar", "grammar": choice_grammar(params.choice) if kind == "choice" else params.grammar}
 
 
 _EBNF_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}

@@ -140,6 +140,36 @@ def test_choice_grammar_quotes_each_choice():
     assert choice_grammar(['a"b', "c\\d", "é", "\t\x01"]) == 'root ::= "a\\"b" | "c\\\\d" | "é" | "\\t\\u0001"'
 
 
+@pytest.mark.parametrize("constraint,answer", [
+    ({"choice": ["éclair", "alpha"]}, "éclair"),
+    ({"json": {"type": "object", "properties": {"city": {"enum": ["Zürich"]}}, "required": ["city"]}},
+     '{"city": "Zürich"}'),
+    ({"regex": "Zü[a-z]+"}, "Zürich"),
+    ({"grammar": 'root ::= "ok" [0-9]'}, "ok7"),
+    ({"json_object": True}, "{}"),
+])  # fmt: skip
+def test_a_constraint_after_reasoning_lets_the_model_think_first(tiny_llama_dir, constraint, answer):
+    """after_reasoning "open": free text up to </think>, whitespace, then the constraint; "optional": either that
+    after <think>, or the constraint alone. Non-ASCII literals hold (they went wrong through xgrammar's Grammar
+    objects)."""
+    from pagedllm.engine.grammar import GrammarCompiler, new_matcher
+    from pagedllm.model.tokenizer import load_tokenizer
+
+    compiler = GrammarCompiler(load_tokenizer(tiny_llama_dir), 384, {2})
+
+    def takes(after, text):
+        matcher = new_matcher(compiler.compile(StructuredOutputsParams(**constraint, after_reasoning=after)))
+        return matcher.accept_string(text) and matcher.is_completed()
+
+    thought = "weigh <it> and </thin é</think>\n\n"
+    assert takes("open", thought + answer) and not takes("open", answer) and not takes("open", "<think>" + thought)
+    assert takes("optional", "<think>" + thought + answer) and takes("optional", answer)
+    assert not takes("optional", thought + answer)
+    assert takes(None, answer) and not takes(None, "<think>" + thought + answer)
+    with pytest.raises(InvalidInputError, match="after_reasoning must be"):
+        StructuredOutputsParams(**constraint, after_reasoning="closed")
+
+
 @pytest.mark.parametrize("kwargs,message", [
     ({}, "exactly one of json, regex, choice, grammar, json_object; got none"),
     ({"regex": "a", "choice": ["a"]}, "got regex, choice"),
@@ -159,6 +189,8 @@ def test_a_dict_of_fields_is_taken_and_unknown_ones_refused():
     assert SamplingParams(structured_outputs={"regex": "a+"}).structured_outputs == StructuredOutputsParams(regex="a+")
     with pytest.raises(InvalidInputError, match="does not take: \\['whitespace_pattern'\\]"):
         SamplingParams(structured_outputs={"regex": "a+", "whitespace_pattern": " "})
+    with pytest.raises(InvalidInputError, match="does not take: \\['after_reasoning'\\]"):  # the server's to set
+        SamplingParams(structured_outputs={"regex": "a+", "after_reasoning": "open"})
     with pytest.raises(InvalidInputError, match="structured_outputs is not supported with use_beam_search"):
         SamplingParams(use_beam_search=True, temperature=0.0, structured_outputs={"regex": "a+"})
 

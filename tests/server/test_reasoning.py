@@ -58,3 +58,24 @@ def test_a_stream_holds_only_what_may_yet_be_a_tag():
     assert stream.feed("ink>\n\nYes", False) == ("", "\n\nYes")
     plain = ReasoningStream(False)
     assert plain.feed("Hello", False) == ("", "Hello")
+
+
+def test_tool_calls_are_looked_for_after_the_reasoning_whole_or_streamed():
+    from pagedllm.entrypoints.server.chat_text import ChatText, ChoiceStream
+    from pagedllm.entrypoints.tool_calls import resolve_tool_choice
+
+    tools = resolve_tool_choice([{"type": "function", "function": {"name": "f"}}], "auto", None, "hermes", True)
+    chat = ChatText(tools, reasoning_opened=False)
+    text = '<think>call f? <tool_call> is how</think>\n<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>'
+    whole = chat.message(text, "stop")
+    assert whole["finish_reason"] == "tool_calls" and whole["message"]["reasoning"] == "call f? <tool_call> is how"
+    assert whole["message"]["content"] == "\n" and whole["message"]["tool_calls"][0]["function"]["arguments"] == '{"a": 1}'
+    stream, deltas = ChoiceStream(chat), []
+    for i in range(0, len(text), 5):
+        deltas += stream.feed(text[i:i + 5], i + 5 >= len(text))
+    assert "".join(d.get("reasoning", "") for d in deltas) == whole["message"]["reasoning"]
+    assert "".join(d.get("content", "") for d in deltas) == whole["message"]["content"]
+    assert [c["function"] for d in deltas for c in d.get("tool_calls", [])] == [{"name": "f", "arguments": '{"a": 1}'}]
+    assert stream.finish_reason("stop") == "tool_calls"
+    hidden = ChatText(tools, reasoning_opened=False, include_reasoning=False).message(text, "stop")["message"]
+    assert hidden["reasoning"] is None and hidden["tool_calls"]

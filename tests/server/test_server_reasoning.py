@@ -1,5 +1,6 @@
-"""A reasoning parser behind the server (tiny random model; a regex makes it write a thinking answer): the message's
-`reasoning` and `content`, streamed the same, `include_reasoning`, and tool calls looked for after the reasoning."""
+"""A reasoning parser behind the server (tiny random model): the message's `reasoning` and `content`, streamed the
+same with every token's logprobs, `include_reasoning`, and a request's constraint held after the reasoning. How
+text splits (and where tool calls are looked for) is tested on given texts in test_reasoning.py."""
 
 from __future__ import annotations
 
@@ -12,8 +13,6 @@ from pagedllm.entrypoints.server.chat_parsers import ChatParsers
 from server_harness import start_server
 
 MESSAGES = [{"role": "user", "content": "is it?"}]
-THINKING = r"<think>[a-z]{2,8} [a-z]{2,8}</think>\n\n(Yes|No)\."
-WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
 
 
 @pytest.fixture(scope="module")
@@ -25,16 +24,17 @@ def engine(tiny_llama_dir):
     return LLMEngine(real_config(tiny_llama_dir))
 
 
-@pytest.fixture(scope="module")
-def http(engine):
-    server = start_server(engine, chat_parsers=ChatParsers("hermes", True, "qwen3"))
+@pytest.fixture()
+def served(engine, request):
+    """A server with the parametrized reasoning parser; the tiny template never opens <think> itself."""
+    server = start_server(engine, chat_parsers=ChatParsers(reasoning_parser=request.param))
     with httpx.Client(base_url=server.base_url, timeout=60) as client:
         yield client
     server.stop()
 
 
 def chat(http, stream=False, **body):
-    body = {"messages": MESSAGES, "temperature": 0, "max_tokens": 60, "stream": stream, **body}
+    body = {"messages": MESSAGES, "temperature": 0, "max_tokens": 12, "stream": stream, **body}
     response = http.post("/v1/chat/completions", json=body)
     assert response.status_code == 200, response.text
     if not stream:
@@ -48,49 +48,38 @@ def joined(choices, key):
     return "".join(c["delta"].get(key) or "" for c in choices)
 
 
-def test_the_reasoning_is_split_from_the_answer_streamed_or_not(http):
-    body = {"structured_outputs": {"regex": THINKING}, "logprobs": True}
-    whole = chat(http, **body)
+@pytest.mark.parametrize("served", ["deepseek_r1"], indirect=True)
+def test_an_answer_cut_short_in_its_reasoning_is_all_reasoning_streamed_or_not(served):
+    whole = chat(served, logprobs=True)
     message = whole["choices"][0]["message"]
-    assert message["content"] in ("\n\nYes.", "\n\nNo.") and "<think>" not in message["reasoning"]
-    assert " " in message["reasoning"] and whole["choices"][0]["finish_reason"] == "stop"
-    streamed = chat(http, stream=True, **body)
-    assert joined(streamed, "reasoning") == message["reasoning"] and joined(streamed, "content") == message["content"]
+    assert message["reasoning"] and message["content"] is None and whole["choices"][0]["finish_reason"] == "length"
+    streamed = chat(served, stream=True, logprobs=True)
+    assert joined(streamed, "reasoning") == message["reasoning"] and joined(streamed, "content") == ""
     logprobs = sum(len(c["logprobs"]["content"]) for c in streamed if c.get("logprobs"))
-    assert logprobs == whole["usage"]["completion_tokens"]  # none lost while a tag was held
+    assert logprobs == whole["usage"]["completion_tokens"]  # none lost while a possible tag was held
+    hidden = chat(served, include_reasoning=False)["choices"][0]["message"]
+    assert hidden["reasoning"] is None and hidden["content"] is None
+    assert joined(chat(served, stream=True, include_reasoning=False), "reasoning") == ""
 
 
-def test_include_reasoning_false_leaves_it_out(http):
-    body = {"structured_outputs": {"regex": THINKING}, "include_reasoning": False}
-    message = chat(http, **body)["choices"][0]["message"]
-    assert message["reasoning"] is None and message["content"].startswith("\n\n")
-    streamed = chat(http, stream=True, **body)
-    assert joined(streamed, "reasoning") == "" and joined(streamed, "content") == message["content"]
+@pytest.mark.parametrize("served", ["qwen3"], indirect=True)
+def test_an_answer_that_does_not_think_is_all_content(served):
+    message = chat(served)["choices"][0]["message"]
+    assert message["reasoning"] is None and message["content"] and "<think>" not in message["content"]
 
 
-def test_an_answer_without_thinking_is_all_content(http):
-    message = chat(http, max_tokens=6)["choices"][0]["message"]
-    assert message["reasoning"] is None and message["content"]
-
-
-def test_tool_calls_are_found_after_the_reasoning(http):
-    regex = r'<think>[a-z]{2,8}</think><tool_call>\{"name": "get_weather", "arguments": \{\}\}</tool_call>'
-    body = {"tools": [WEATHER], "structured_outputs": {"regex": regex}, "max_tokens": 150}
-    choice = chat(http, **body)["choices"][0]
-    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
-    assert choice["message"]["reasoning"] and choice["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
-    streamed = chat(http, stream=True, **body)
-    assert joined(streamed, "reasoning") == choice["message"]["reasoning"]
-    assert [e["function"]["name"] for c in streamed for e in c["delta"].get("tool_calls", [])] == ["get_weather"]
-
-
-def test_deepseek_r1_answers_begin_in_reasoning(engine):
-    server = start_server(engine, chat_parsers=ChatParsers(reasoning_parser="deepseek_r1"))
-    try:
-        with httpx.Client(base_url=server.base_url, timeout=60) as client:
-            forced = chat(client, structured_outputs={"regex": r"[a-z]{3,6}</think>Yes\."})["choices"][0]["message"]
-            cut = chat(client, max_tokens=4)["choices"][0]["message"]
-    finally:
-        server.stop()
-    assert forced["content"] == "Yes." and 3 <= len(forced["reasoning"]) <= 6
-    assert cut["content"] is None and cut["reasoning"]  # no </think>: all of it is reasoning
+@pytest.mark.parametrize("served,after", [("deepseek_r1", "open"), ("qwen3", "optional")], indirect=["served"])
+def test_a_constraint_holds_after_the_reasoning(served, after, engine, monkeypatch):
+    """vLLM starts a thinking model's constraint where its reasoning ends: here the grammar lets it think first."""
+    compiled = []
+    compile_constraint = engine.compile_constraint
+    monkeypatch.setattr(engine, "compile_constraint", lambda p: compiled.append(p) or compile_constraint(p))
+    body = {"structured_outputs": {"choice": ["Yes", "No"]}}
+    choice = chat(served, **body)["choices"][0]
+    assert {p.structured_outputs.after_reasoning for p in compiled} == {after}
+    if after == "open":  # the answer begins in the reasoning: 12 tokens of it, not "Yes" at once
+        assert choice["finish_reason"] == "length" and choice["message"]["reasoning"]
+    tools = {"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"}
+    compiled.clear()
+    chat(served, **tools)
+    assert [p.structured_outputs.after_reasoning for p in compiled] == [after] * len(compiled) and compiled

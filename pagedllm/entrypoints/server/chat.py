@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -42,6 +43,7 @@ async def create_chat_completion(request: Request) -> Any:
     opened = None
     if parsers.reasoning_parser is not None:  # does the prompt leave a <think> open?
         opened = opens_in_reasoning(parsers.reasoning_parser, await request.app.state.prompts.decode(prompt[-8:]))
+        params = _constrained_after_reasoning(params, opened)
     chat_text = ChatText(tools, opened, body.include_reasoning, body.echoed_text())
     submission = await submit(engine, "chatcmpl", [prompt], params, body.cache_salt)
     view = _View(body, submission, params.n, request.app.state.token_text, chat_text)
@@ -62,6 +64,15 @@ async def _prompt_ids(processor: PromptProcessor, max_model_len: int, body: Chat
     # engine to what the context leaves
     limits.check_completion_budget(len(ids), *body.asked_max_tokens(), max_model_len)
     return ids
+
+
+def _constrained_after_reasoning(params: SamplingParams, opened: bool) -> SamplingParams:
+    """A thinking model thinks first: its constraint (structured outputs, a forced tool call) holds after the
+    reasoning block, as vLLM starts it where the reasoning ends."""
+    if params.structured_outputs is None:
+        return params
+    after = "open" if opened else "optional"
+    return replace(params, structured_outputs=replace(params.structured_outputs, after_reasoning=after))
 
 
 class _View:
