@@ -10,7 +10,7 @@ import pytest
 
 from pagedllm.entrypoints.server.chat_parsers import ChatParsers
 from pagedllm.entrypoints.tool_calls import ToolCallStream, parse_message, resolve_tool_choice
-from pagedllm.entrypoints.tool_calls.parsers import HermesParser, Llama3JsonParser
+from pagedllm.entrypoints.tool_calls.parsers import HermesParser, Llama3JsonParser, PythonicParser
 from pagedllm.errors import InvalidInputError
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -119,6 +119,28 @@ def test_llama3_json_finds_the_calls_or_leaves_all_as_content(text, expected):
     assert got == expected
 
 
+@pytest.mark.parametrize("text,expected", [
+    ('[get_weather(city="Zürich", days=-2, o={"a": true, "b": [1, (2, 3)], "c": null}), get_time()]',
+     (None, [("get_weather", {"city": "Zürich", "days": -2, "o": {"a": True, "b": [1, [2, 3]], "c": None}}),
+             ("get_time", {})])),
+    ("plain words", None),
+    (" [f()]", None),  # a call list begins the answer
+    ("[f(1)]", None),  # positional arguments
+    ("[f(**kw)]", None),
+    ("[f(a=x)]", None),  # a name that is not a literal
+    ('[f(a=b"x")]', None),  # bytes are no JSON value
+    ("[f(a=1)] and more", None),
+    ("[f(a=", None),  # cut short
+    ("[]", None),
+    ("[x]", None),
+    ("[" * 2000 + "]" * 2000, None),
+])  # fmt: skip
+def test_pythonic_finds_the_calls_or_leaves_all_as_content(text, expected):
+    found = PythonicParser().parse(text)
+    got = None if found is None else (found[0], [(c.name, c.arguments) for c in found[1]])
+    assert got == expected
+
+
 def test_an_auto_answer_as_a_message():
     parsed = parse_message(choice(), "Checking. " + CALL + CALL)
     assert parsed.content == "Checking. " and len(parsed.tool_calls) == 2
@@ -173,6 +195,9 @@ def _streamed(tool_choice, text, rng):
     ("llama3_json", "Sure. <|python_tag|>" + LLAMA_CALL + "; " + LLAMA_CALL),
     ("llama3_json", "no call, only <|python and a set {1, 2}"),
     ("llama3_json", "<|python_t"),
+    ("pythonic", '[get_weather(city="Oslo"), get_time()]'),
+    ("pythonic", "[get_weather(city="),
+    ("pythonic", "words [f()]"),
     ("required", '[{"name": "get_time", "parameters": {}}, {"name": "get_weather", "parameters": {"city": "A"}}]'),
     ("required", '[{"name": "get_time", "param'),
     ({"type": "function", "function": {"name": "get_weather"}}, '\n {"city": "Oslo"}'),
@@ -180,8 +205,8 @@ def _streamed(tool_choice, text, rng):
 ])  # fmt: skip
 def test_a_stream_sends_what_the_whole_answer_holds_however_the_text_comes(tool_choice, text):
     rng = random.Random(7)
-    resolved = (resolve_tool_choice(TOOLS, "auto", None, "llama3_json", True) if tool_choice == "llama3_json"
-                else choice(tool_choice))
+    parser = tool_choice if tool_choice in ("llama3_json", "pythonic") else None
+    resolved = resolve_tool_choice(TOOLS, "auto", None, parser, True) if parser else choice(tool_choice)
     whole = parse_message(resolved, text)
     expected_content = whole.content or None
     for _ in range(40):

@@ -9,11 +9,16 @@
 "parameters": {...}}` (or `"arguments"`, which wins), after an optional `<|python_tag|>`, several joined by anything (`; `);
 every `{` outside a call found so far begins one. The text before the first call is the content.
 
+`pythonic` (Llama 3.2 and 4 with vLLM's pythonic templates, ToolACE, ...): the answer is a Python list of calls
+with keyword arguments, `[get_weather(city="Paris"), get_time()]`, from its first character; the values are
+literals (JSON's `true`, `false` and `null` read as such); there is no content.
+
 Where any call does not parse, the whole text is the content and there are no calls (as vLLM reads it).
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from dataclasses import dataclass
@@ -88,4 +93,42 @@ class Llama3JsonParser:
         return min(found) if found else None
 
 
-TOOL_CALL_PARSERS = {"hermes": HermesParser, "llama3_json": Llama3JsonParser}
+class PythonicParser:
+    _names = {"true": True, "false": False, "null": None}
+
+    def parse(self, text: str) -> tuple[str | None, list[FoundCall]] | None:
+        if not text.startswith("["):
+            return None
+        try:
+            [statement] = ast.parse(text).body
+            calls = statement.value.elts if isinstance(statement.value, ast.List) else None
+            found = [self._call(call) for call in calls]
+            json.dumps([call.arguments for call in found])  # only JSON values
+        except (SyntaxError, ValueError, TypeError, AttributeError, RecursionError):
+            return None
+        return (None, found) if found else None
+
+    def content_end(self, text: str) -> tuple[int, bool]:
+        """All of the text is content unless it begins with "[", which makes it a call list, to be read whole."""
+        if text.startswith("["):
+            return 0, True
+        return (0, False) if not text else (len(text), False)
+
+    def _call(self, node: ast.expr) -> FoundCall:
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.args):
+            raise ValueError("not a call of a function by name with keyword arguments")
+        if any(keyword.arg is None for keyword in node.keywords):
+            raise ValueError("**kwargs")
+        return FoundCall(node.func.id, {keyword.arg: self._value(keyword.value) for keyword in node.keywords})
+
+    def _value(self, node: ast.expr) -> Any:
+        if isinstance(node, ast.Name) and node.id in self._names:
+            return self._names[node.id]
+        if isinstance(node, ast.Dict):
+            return {self._value(k): self._value(v) for k, v in zip(node.keys, node.values)}
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            return [self._value(element) for element in node.elts]
+        return ast.literal_eval(node)
+
+
+TOOL_CALL_PARSERS = {"hermes": HermesParser, "llama3_json": Llama3JsonParser, "pythonic": PythonicParser}
