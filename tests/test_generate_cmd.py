@@ -10,13 +10,14 @@ from pagedllm.entrypoints.cli import main
 class Template:
     """An engine whose template hands back the messages it was given, in place of the ids."""
 
-    def apply_chat_template(self, messages: list[dict]) -> tuple[str, list[dict]]:
+    def apply_chat_template(self, messages: list[dict], chat_template: str | None = None) -> tuple[str, list[dict]]:
+        self.chat_template = chat_template
         return "", messages
 
 
-def prompt_of(**options) -> list[dict]:
-    args = argparse.Namespace(**{"prompt": "hi", "chat": True, "system": None} | options)
-    return generate_cmd._prompt(Template(), args)
+def prompt_of(engine=None, **options) -> list[dict]:
+    args = argparse.Namespace(**{"prompt": "hi", "chat": True, "system": None, "chat_template": None} | options)
+    return generate_cmd._prompt(engine or Template(), args)
 
 
 def test_the_system_message_is_passed_as_given_even_empty():
@@ -28,3 +29,11 @@ def test_the_system_message_is_passed_as_given_even_empty():
 def test_system_without_chat_is_refused(tmp_path, capsys):
     assert main(["generate", "hi", "--system", "be brief", "--model", str(tmp_path / "none.gguf")]) == 2
     assert "--system needs --chat" in capsys.readouterr().err
+
+
+def test_a_chat_template_of_ones_own_reaches_the_template(tmp_path, capsys):
+    engine = Template()
+    prompt_of(engine, chat_template="{{ messages[0].content }}")
+    assert engine.chat_template == "{{ messages[0].content }}"
+    assert main(["generate", "hi", "--chat-template", "{{ 1 }}", "--model", str(tmp_path / "none.gguf")]) == 2
+    assert "--chat-template needs --chat" in capsys.readouterr().err

@@ -5,6 +5,7 @@ import sys
 
 from pagedllm.entrypoints.engine_args import add_engine_arguments, engine_config_from_args
 from pagedllm.errors import InvalidInputError
+from pagedllm.model.chat_template import load_chat_template
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -12,6 +13,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     parser.add_argument("--system", default=None,
                         help="system message (with --chat; an empty one replaces a template's default)")
+    parser.add_argument("--chat-template", default=None,
+                        help="with --chat: this template in place of the model's (a Jinja file, or the template "
+                             "itself), as `pagedllm serve --chat-template` takes it")
     s = parser.add_argument_group("sampling")
     s.add_argument("--max-tokens", type=int, default=256, help="most tokens to generate")
     s.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -32,8 +36,9 @@ def run(args: argparse.Namespace) -> int:
     from pagedllm.sampling_params import SamplingParams
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    if args.system is not None and not args.chat:
-        raise InvalidInputError("--system needs --chat (the system message goes through the chat template)")
+    for flag, value in (("--system", args.system), ("--chat-template", args.chat_template)):
+        if value is not None and not args.chat:
+            raise InvalidInputError(f"{flag} needs --chat (it is for the chat template)")
     params = SamplingParams(
         max_tokens=args.max_tokens,
         temperature=args.temperature,
@@ -60,7 +65,8 @@ def _prompt(engine, args: argparse.Namespace) -> str | list[int]:
         return args.prompt
     messages = [{"role": "system", "content": args.system}] if args.system is not None else []
     messages.append({"role": "user", "content": args.prompt})
-    return engine.apply_chat_template(messages)[1]
+    template = None if args.chat_template is None else load_chat_template(args.chat_template)
+    return engine.apply_chat_template(messages, chat_template=template)[1]
 
 
 def _stream(engine):

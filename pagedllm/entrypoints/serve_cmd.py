@@ -38,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tools.add_argument("--enable-auto-tool-choice", action="store_true",
                        help='let requests leave the choice of tools to the model (tool_choice "auto", the default '
                             "when tools are given); needs --tool-call-parser")
+    parser.add_argument("--chat-template", default=None,
+                        help="the chat template for chats, in place of the model's: a Jinja file, or the template "
+                             "itself (text holding {, } or a newline), as vLLM takes it")
     parser.add_argument("--reasoning-parser", default=None, choices=list(REASONING_PARSERS),
                         help="split a thinking model's <think> reasoning from its answer (the message's reasoning)")
     add_engine_arguments(parser)
@@ -57,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from pagedllm.entrypoints.openai_server import bind, build_server
     from pagedllm.entrypoints.server.memory import bound_onednn_cache
     from pagedllm.entrypoints.server.chat_parsers import ChatParsers
+    from pagedllm.model.chat_template import load_chat_template
     from pagedllm.errors import InvalidInputError
 
     if args.max_waiting_requests is not None and args.max_waiting_requests < 1:
@@ -66,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     if args.api_key is not None and not args.api_key.strip():
         raise InvalidInputError("--api-key must not be empty or blank")
     chat_parsers = ChatParsers(args.tool_call_parser, args.enable_auto_tool_choice, args.reasoning_parser)
+    chat_template = None if args.chat_template is None else load_chat_template(args.chat_template)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(message)s")
     bound_onednn_cache()
     config = engine_config_from_args(args)
@@ -75,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     server = build_server(engine, args.host, args.port, args.max_waiting_requests,
                           args.shutdown_timeout, args.log_level, api_key=args.api_key,
                           max_request_bytes=args.max_request_bytes, engine_thread=engine_thread,
-                          chat_parsers=chat_parsers)
+                          chat_parsers=chat_parsers, chat_template=chat_template)
     _log_startup(engine, args.host, sock.getsockname()[1])
     warn_if_exposed(args.host, sock.getsockname()[1], args.api_key)
     try:

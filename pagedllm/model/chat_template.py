@@ -58,6 +58,27 @@ def render_chat(tokenizer: Any, messages: list[dict[str, Any]], add_generation_p
                                 f"{type(exc).__name__}: {exc}") from None
 
 
+def load_chat_template(value: str) -> str:
+    """A chat template given on the command line (`--chat-template`, as vLLM takes it): the template's text itself
+    where it holds `{`, `}` or a newline, else the path of a file holding it. Checked to compile."""
+    from jinja2 import Environment, TemplateSyntaxError
+
+    if any(ch in value for ch in "{}\n"):
+        text = value
+    else:
+        try:
+            with open(value, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidInputError(f"--chat-template {value!r} is neither a template nor a file that can be read: "
+                                    f"{exc}") from None
+    try:
+        Environment().parse(text)
+    except TemplateSyntaxError as exc:
+        raise InvalidInputError(f"--chat-template does not compile: {exc} (line {exc.lineno})") from None
+    return text
+
+
 def _call_parameters(tokenizer: Any) -> set[str]:
     """The named parameters of the tokenizer's apply_chat_template (what template kwargs must not override)."""
     import inspect

@@ -121,3 +121,16 @@ def test_a_template_of_ones_own_serves_a_model_that_has_none():
     bare.chat_template = None
     text = render_chat(bare, [{"role": "user", "content": "hi"}], chat_template="{{ messages[0].content }}!")
     assert text == "hi!"
+
+
+def test_a_command_lines_chat_template_is_its_text_or_a_file(tmp_path):
+    from pagedllm.model.chat_template import load_chat_template
+
+    assert load_chat_template("{{ messages[0].content }}") == "{{ messages[0].content }}"
+    path = tmp_path / "tools.jinja"
+    path.write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
+    assert load_chat_template(str(path)) == path.read_text()
+    with pytest.raises(InvalidInputError, match="neither a template nor a file"):
+        load_chat_template(str(tmp_path / "missing.jinja"))
+    with pytest.raises(InvalidInputError, match="does not compile"):
+        load_chat_template("{% for m in messages %}")

@@ -1,5 +1,5 @@
-"""Tool calling through the server, with the openai client, on a tiny random model whose chat template lists the
-tools: the tools reach the template, a named or required choice is held to its schema, "auto" finds the model's
+"""Tool calling through the server, with the openai client, on a tiny random model served with a chat template
+that lists the tools (`--chat-template`): the tools reach the template, a named or required choice is held to its schema, "auto" finds the model's
 calls with the hermes parser, and a stream carries the same calls, content and logprobs as the whole answer."""
 
 from __future__ import annotations
@@ -35,16 +35,14 @@ def engine(tiny_llama_dir):
 
     from pagedllm.engine.llm_engine import LLMEngine
 
-    engine = LLMEngine(real_config(tiny_llama_dir))
-    engine.tokenizer.chat_template = TEMPLATE  # before the server copies the tokenizer
-    return engine
+    return LLMEngine(real_config(tiny_llama_dir))
 
 
 @pytest.fixture(scope="module")
 def servers(engine):
     """The same engine served twice in turn is not possible; one server with auto tool choice on is enough,
     and ChatParsers() (off) is checked on its own below."""
-    server = start_server(engine, chat_parsers=ChatParsers("hermes", True))
+    server = start_server(engine, chat_parsers=ChatParsers("hermes", True), chat_template=TEMPLATE)  # --chat-template
     yield server
     server.stop()
 

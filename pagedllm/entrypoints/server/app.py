@@ -21,12 +21,14 @@ from pagedllm.metrics import ServerMetrics
 
 def create_app(engine: AsyncEngine, metrics: ServerMetrics, shutdown_timeout: float = 10.0,
                api_key: str | None = None, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-               chat_parsers: ChatParsers = ChatParsers()) -> FastAPI:
+               chat_parsers: ChatParsers = ChatParsers(), chat_template: str | None = None) -> FastAPI:
     """An app serving `engine`; the engine thread starts and stops with the app's lifespan.
 
-    With `api_key`, every route but /health needs it; bodies past `max_request_bytes` get a 413.
+    With `api_key`, every route but /health needs it; bodies past `max_request_bytes` get a 413. `chat_template`:
+    the template chats go through, in place of the model's own.
     """
-    prompts = PromptProcessor(engine.tokenizer, engine.vocab_size, engine.max_model_len)
+    prompts = PromptProcessor(engine.tokenizer, engine.vocab_size, engine.max_model_len,
+                              chat_template=chat_template)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -34,9 +34,11 @@ FAR_PAST = 2
 
 
 class PromptProcessor:
-    def __init__(self, tokenizer: Any, vocab_size: int, max_model_len: int, workers: int = WORKERS) -> None:
+    def __init__(self, tokenizer: Any, vocab_size: int, max_model_len: int, workers: int = WORKERS,
+                 chat_template: str | None = None) -> None:
         # One copy per worker thread, made now: a copy takes tens of milliseconds, mostly holding the GIL.
         self._spares = [copy.deepcopy(tokenizer) for _ in range(workers)]
+        self.chat_template = chat_template  # the server's --chat-template, in place of the model's
         self._lock = threading.Lock()
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pagedllm-tokenize")
@@ -53,7 +55,7 @@ class PromptProcessor:
         """The messages through the model's chat template (render_chat's options), as token ids (the template
         writes the special tokens: the tokenizer adds its own only where add_special_tokens asks)."""
         def render() -> list[int]:
-            text = render_chat(self._tokenizer(), messages, **options)
+            text = render_chat(self._tokenizer(), messages, chat_template=self.chat_template, **options)
             return self._encode(text, "messages", add_special_tokens)
 
         return await self._run(render)
