@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tools = parser.add_argument_group("tool calling")
     tools.add_argument("--tool-call-parser", default=None, choices=list(TOOL_CALL_PARSERS),
                        help="how the model writes tool calls, for tool_choice auto (hermes: JSON in <tool_call> "
-                            "tags; llama3_json: Llama 3.1+ JSON; pythonic: [f(a=1), g()])")
+                            "tags; llama3_json: Llama 3.1+ JSON; pythonic: [f(a=1), g()]; mistral: [TOOL_CALLS])")
     tools.add_argument("--enable-auto-tool-choice", action="store_true",
                        help='let requests leave the choice of tools to the model (tool_choice "auto", the default '
                             "when tools are given); needs --tool-call-parser")

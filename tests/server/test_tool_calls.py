@@ -10,7 +10,7 @@ import pytest
 
 from pagedllm.entrypoints.server.chat_parsers import ChatParsers
 from pagedllm.entrypoints.tool_calls import ToolCallStream, parse_message, resolve_tool_choice
-from pagedllm.entrypoints.tool_calls.parsers import HermesParser, Llama3JsonParser, PythonicParser
+from pagedllm.entrypoints.tool_calls.parsers import HermesParser, Llama3JsonParser, MistralParser, PythonicParser
 from pagedllm.errors import InvalidInputError
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -75,7 +75,7 @@ def test_the_server_settings_are_checked():
     with pytest.raises(InvalidInputError, match="needs --tool-call-parser"):
         ChatParsers(None, True)
     with pytest.raises(InvalidInputError, match="not known"):
-        ChatParsers("mistral", True)
+        ChatParsers("granite", True)
     assert ChatParsers("llama3_json", True).tool_call_parser == "llama3_json"
 
 
@@ -141,6 +141,33 @@ def test_pythonic_finds_the_calls_or_leaves_all_as_content(text, expected):
     assert got == expected
 
 
+@pytest.mark.parametrize("text,expected", [
+    ('[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Zürich"}}, {"name": "get_time", "arguments": {}}]',
+     (None, [("get_weather", {"city": "Zürich"}), ("get_time", {})])),  # before v11: a JSON list
+    ('Sure.[TOOL_CALLS] {"name": "get_time", "arguments": "{\\"tz\\": 1}"}',
+     ("Sure.", [("get_time", {"tz": 1})])),  # one object; arguments given as JSON text
+    ('[TOOL_CALLS]get_weather[ARGS]{"city": "Oslo"}[TOOL_CALLS]get_time{}',
+     (None, [("get_weather", {"city": "Oslo"}), ("get_time", {})])),  # v11 and later
+    ("no calls", None),
+    ("[TOOL_CALLS]get_time", None),  # no arguments
+    ('[TOOL_CALLS][{"name": "f"}]', None),
+    ('[TOOL_CALLS][ARGS]{"a": 1}', None),  # no name
+    ('[TOOL_CALLS]f[ARGS]{"a": ', None),  # cut short
+])  # fmt: skip
+def test_mistral_finds_the_calls_or_leaves_all_as_content(text, expected):
+    found = MistralParser().parse(text)
+    got = None if found is None else (found[0], [(c.name, c.arguments) for c in found[1]])
+    assert got == expected
+
+
+def test_call_ids_take_the_form_the_parsers_models_need():
+    mistral = resolve_tool_choice(TOOLS, {"type": "function", "function": {"name": "get_time"}}, None, "mistral", True)
+    [call] = parse_message(mistral, "{}").tool_calls
+    assert len(call.id) == 9 and call.id.isalnum()  # Mistral's templates refuse any other id sent back
+    [call] = parse_message(choice({"type": "function", "function": {"name": "get_time"}}), "{}").tool_calls
+    assert call.id.startswith("chatcmpl-tool-")
+
+
 def test_an_auto_answer_as_a_message():
     parsed = parse_message(choice(), "Checking. " + CALL + CALL)
     assert parsed.content == "Checking. " and len(parsed.tool_calls) == 2
@@ -198,6 +225,8 @@ def _streamed(tool_choice, text, rng):
     ("pythonic", '[get_weather(city="Oslo"), get_time()]'),
     ("pythonic", "[get_weather(city="),
     ("pythonic", "words [f()]"),
+    ("mistral", 'Sure. [TOOL_CALLS]get_weather[ARGS]{"city": "Oslo"}[TOOL_CALLS]get_time{}'),
+    ("mistral", "[TOOL_CA but not a call"),
     ("required", '[{"name": "get_time", "parameters": {}}, {"name": "get_weather", "parameters": {"city": "A"}}]'),
     ("required", '[{"name": "get_time", "param'),
     ({"type": "function", "function": {"name": "get_weather"}}, '\n {"city": "Oslo"}'),
@@ -205,7 +234,7 @@ def _streamed(tool_choice, text, rng):
 ])  # fmt: skip
 def test_a_stream_sends_what_the_whole_answer_holds_however_the_text_comes(tool_choice, text):
     rng = random.Random(7)
-    parser = tool_choice if tool_choice in ("llama3_json", "pythonic") else None
+    parser = tool_choice if tool_choice in ("llama3_json", "pythonic", "mistral") else None
     resolved = resolve_tool_choice(TOOLS, "auto", None, parser, True) if parser else choice(tool_choice)
     whole = parse_message(resolved, text)
     expected_content = whole.content or None

@@ -29,7 +29,7 @@ class ToolChoice:
     tools: list[dict[str, Any]]
     function: str | None = None  # the named function
     parallel: bool = True  # parallel_tool_calls: more than one call per answer
-    parser: str | None = None  # "auto": the server's tool-call parser
+    parser: str | None = None  # the server's tool-call parser: finds "auto"'s calls, and says how call ids look
 
     @property
     def forced(self) -> bool:
@@ -81,7 +81,7 @@ def resolve_tool_choice(tools: list[dict[str, Any]] | None, tool_choice: Any, pa
     parallel = parallel_tool_calls is not False
     choice = "auto" if tool_choice is None else tool_choice
     if isinstance(choice, dict):
-        return ToolChoice("named", tools, _named(choice, tools), parallel)
+        return ToolChoice("named", tools, _named(choice, tools), parallel, parser)
     if choice not in MODES:
         raise InvalidInputError(f'tool_choice must be "none", "auto", "required" or a named function ({NAMED_USAGE}); '
                                 f"got {choice!r}")
@@ -89,7 +89,7 @@ def resolve_tool_choice(tools: list[dict[str, Any]] | None, tool_choice: Any, pa
         raise InvalidInputError('tool_choice "auto" (the default when tools are given) needs the server started with '
                                 '--enable-auto-tool-choice and --tool-call-parser; or ask for "none", "required" or a '
                                 "named function")
-    return ToolChoice(choice, tools, None, parallel, parser if choice == "auto" else None)
+    return ToolChoice(choice, tools, None, parallel, parser)
 
 
 def _named(choice: dict[str, Any], tools: list[dict[str, Any]]) -> str:

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import secrets
+import string
 from dataclasses import dataclass, field
 from typing import Any
 
 from pagedllm.entrypoints.tool_calls.choice import ToolChoice
 from pagedllm.entrypoints.tool_calls.parsers import TOOL_CALL_PARSERS
+
+_ALPHANUMERIC = string.ascii_letters + string.digits
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +25,14 @@ class ToolCall:
     name: str
     arguments: str  # JSON text
     id: str = field(default_factory=lambda: f"chatcmpl-tool-{secrets.token_hex(8)}")
+
+    @classmethod
+    def made(cls, choice: ToolChoice, name: str, arguments: str) -> "ToolCall":
+        """A call with an id of the form the parser's models need (Mistral's templates take 9 letters and digits
+        only), else vLLM's."""
+        if choice.parser == "mistral":
+            return cls(name, arguments, "".join(secrets.choice(_ALPHANUMERIC) for _ in range(9)))
+        return cls(name, arguments)
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
@@ -45,19 +56,19 @@ class ParsedMessage:
 
 def parse_message(choice: ToolChoice, text: str) -> ParsedMessage:
     if choice.mode == "named":
-        return ParsedMessage("", [ToolCall(choice.function, text)] if text.strip() else [])
+        return ParsedMessage("", [ToolCall.made(choice, choice.function, text)] if text.strip() else [])
     if choice.mode == "required":
-        return ParsedMessage("", _listed_calls(text))
+        return ParsedMessage("", _listed_calls(choice, text))
     if choice.mode == "auto":
         found = TOOL_CALL_PARSERS[choice.parser]().parse(text)
         if found is not None:
             content, calls = found
-            calls = [ToolCall(c.name, json.dumps(c.arguments, ensure_ascii=False)) for c in calls]
+            calls = [ToolCall.made(choice, c.name, json.dumps(c.arguments, ensure_ascii=False)) for c in calls]
             return ParsedMessage(content, calls if choice.parallel else calls[:1])
     return ParsedMessage(text, [])
 
 
-def _listed_calls(text: str) -> list[ToolCall]:
+def _listed_calls(choice: ToolChoice, text: str) -> list[ToolCall]:
     """The calls of a "required" answer, a JSON list of {"name", "parameters"}; none where it was cut short."""
     try:
         calls = json.loads(text)
@@ -66,7 +77,7 @@ def _listed_calls(text: str) -> list[ToolCall]:
     if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("name"), str)
                                               and "parameters" in c for c in calls):
         return []
-    return [ToolCall(c["name"], json.dumps(c["parameters"], ensure_ascii=False)) for c in calls]
+    return [ToolCall.made(choice, c["name"], json.dumps(c["parameters"], ensure_ascii=False)) for c in calls]
 
 
 class ToolCallStream:
@@ -104,7 +115,7 @@ class ToolCallStream:
         new, self.sent = self.text[self.sent:], len(self.text)
         if not self.named_started:
             self.named_started = True
-            return [ToolCall(self.choice.function, new).delta(0)]
+            return [ToolCall.made(self.choice, self.choice.function, new).delta(0)]
         return [{"index": 0, "function": {"arguments": new}}]
 
     def _auto_content(self) -> str:

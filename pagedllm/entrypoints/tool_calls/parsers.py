@@ -13,6 +13,11 @@ every `{` outside a call found so far begins one. The text before the first call
 with keyword arguments, `[get_weather(city="Paris"), get_time()]`, from its first character; the values are
 literals (JSON's `true`, `false` and `null` read as such); there is no content.
 
+`mistral` (Mistral's instruct models): the calls follow `[TOOL_CALLS]`, as a JSON list of `{"name", "arguments"}`
+(or one such object; tokenizers before v11), or as `name[ARGS]{...}` (or `name{...}`), one after each
+`[TOOL_CALLS]` (v11 and later); the text before the first `[TOOL_CALLS]` is the content. Call ids are 9 letters and
+digits, as Mistral's templates require of the ids a conversation sends back.
+
 Where any call does not parse, the whole text is the content and there are no calls (as vLLM reads it).
 """
 
@@ -131,4 +136,45 @@ class PythonicParser:
         return ast.literal_eval(node)
 
 
-TOOL_CALL_PARSERS = {"hermes": HermesParser, "llama3_json": Llama3JsonParser, "pythonic": PythonicParser}
+class MistralParser:
+    start = "[TOOL_CALLS]"
+
+    def parse(self, text: str) -> tuple[str | None, list[FoundCall]] | None:
+        if self.start not in text:
+            return None
+        try:
+            calls = [call for segment in text.split(self.start)[1:] for call in self._segment(segment.strip())]
+        except (json.JSONDecodeError, ValueError):
+            return None
+        content = text[: text.index(self.start)]
+        return (content or None, calls) if calls else None
+
+    def content_end(self, text: str) -> tuple[int, bool]:
+        if self.start in text:
+            return text.index(self.start), True
+        return len(text) - partial_tag_overlap(text, self.start), False
+
+    def _segment(self, segment: str) -> list[FoundCall]:
+        if segment.startswith(("[", "{")):  # before v11: a JSON list of calls, or one call
+            listed = json.loads(segment)
+            return [self._listed(call) for call in (listed if isinstance(listed, list) else [listed])]
+        name, separator, arguments = segment.partition("[ARGS]")
+        if not separator:  # name{...}
+            brace = segment.find("{")
+            if brace < 0:
+                raise ValueError("a call without arguments")
+            name, arguments = segment[:brace], segment[brace:]
+        if not name.strip():
+            raise ValueError("a call without a name")
+        return [FoundCall(name.strip(), json.loads(arguments))]
+
+    @staticmethod
+    def _listed(call: Any) -> FoundCall:
+        if not (isinstance(call, dict) and isinstance(call.get("name"), str) and "arguments" in call):
+            raise ValueError("not a {name, arguments} call")
+        arguments = call["arguments"]
+        return FoundCall(call["name"], json.loads(arguments) if isinstance(arguments, str) else arguments)
+
+
+TOOL_CALL_PARSERS = {"hermes": HermesParser, "llama3_json": Llama3JsonParser, "pythonic": PythonicParser,
+                     "mistral": MistralParser}
