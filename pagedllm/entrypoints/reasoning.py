@@ -23,6 +23,24 @@ def opens_in_reasoning(parser: str, prompt_tail: str) -> bool:
     return parser == "deepseek_r1" or prompt_tail.rstrip().endswith(START)
 
 
+def think_token_ids(vocab: dict[str, int]) -> tuple[int, int] | None:
+    """The ids of `<think>` and `</think>` where each is one token of the vocabulary (as in Qwen3's and DeepSeek
+    R1's), else None."""
+    start, end = vocab.get(START), vocab.get(END)
+    return None if start is None or end is None else (start, end)
+
+
+def count_reasoning_tokens(token_ids: list[int], tags: tuple[int, int], opened: bool) -> int:
+    """The answer's tokens inside its reasoning, the tags left out: up to the first `</think>` where the reasoning
+    is open at the start (opened, or the answer's first token is `<think>`), else none."""
+    start, end = tags
+    leading_tag = bool(token_ids) and token_ids[0] == start
+    if not (opened or leading_tag):
+        return 0
+    inside = token_ids[1:] if leading_tag else token_ids
+    return inside.index(end) if end in inside else len(inside)
+
+
 def split_reasoning(text: str, opened: bool) -> tuple[str | None, str | None]:
     """(reasoning, content) of a whole answer; None for a part that is empty."""
     stream = ReasoningStream(opened)

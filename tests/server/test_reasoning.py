@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from pagedllm.entrypoints.reasoning import ReasoningStream, opens_in_reasoning, split_reasoning
+from pagedllm.entrypoints.reasoning import (ReasoningStream, count_reasoning_tokens, opens_in_reasoning, split_reasoning,
+                                            think_token_ids)
 
 
 @pytest.mark.parametrize("text,opened,expected", [
@@ -79,3 +80,20 @@ def test_tool_calls_are_looked_for_after_the_reasoning_whole_or_streamed():
     assert stream.finish_reason("stop") == "tool_calls"
     hidden = ChatText(tools, reasoning_opened=False, include_reasoning=False).message(text, "stop")["message"]
     assert hidden["reasoning"] is None and hidden["tool_calls"]
+
+
+@pytest.mark.parametrize("ids,opened,expected", [
+    ([7, 1, 2, 8, 3], False, 2),  # <think> 1 2 </think> 3
+    ([1, 2, 8, 3], True, 2),  # the prompt opened it
+    ([1, 2, 3], True, 3),  # cut short: all of it
+    ([7, 1, 2], False, 2),
+    ([1, 7, 2, 8], False, 0),  # not open at the start: no reasoning
+    ([], True, 0),
+])  # fmt: skip
+def test_reasoning_tokens_are_counted_by_the_tags_ids(ids, opened, expected):
+    assert count_reasoning_tokens(ids, (7, 8), opened) == expected
+
+
+def test_the_tags_count_only_where_each_is_one_token():
+    assert think_token_ids({"<think>": 7, "</think>": 8, "a": 1}) == (7, 8)
+    assert think_token_ids({"<think>": 7}) is None

@@ -62,9 +62,29 @@ def test_an_answer_cut_short_in_its_reasoning_is_all_reasoning_streamed_or_not(s
     assert joined(chat(served, stream=True, include_reasoning=False), "reasoning") == ""
 
 
+@pytest.fixture()
+def think_tokens(engine, monkeypatch):
+    """The tiny vocabulary with <think> and </think> as tokens of their own, at ids the model never writes."""
+    vocab = {**engine.tokenizer.get_vocab(), "<think>": 10**6, "</think>": 10**6 + 1}
+    monkeypatch.setattr(engine.tokenizer, "get_vocab", lambda: vocab)
+
+
+@pytest.mark.parametrize("served", ["deepseek_r1"], indirect=True)
+def test_usage_counts_the_reasoning_tokens_where_the_tags_are_tokens(think_tokens, served):
+    whole = chat(served, n=2, temperature=1.0, seed=1)["usage"]
+    assert whole["completion_tokens_details"] == {"reasoning_tokens": whole["completion_tokens"]}  # all of it
+    body = {"stream": True, "stream_options": {"include_usage": True}, "n": 2, "temperature": 1.0, "seed": 1}
+    response = served.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 12, **body})
+    *_, last = [json.loads(line[6:]) for line in response.text.splitlines()
+                if line.startswith("data: ") and line != "data: [DONE]"]  # fmt: skip
+    assert last["usage"] == whole
+
+
 @pytest.mark.parametrize("served", ["qwen3"], indirect=True)
 def test_an_answer_that_does_not_think_is_all_content(served):
-    message = chat(served)["choices"][0]["message"]
+    answer = chat(served)
+    assert "completion_tokens_details" not in answer["usage"]  # the tiny vocabulary has no <think> token
+    message = answer["choices"][0]["message"]
     assert message["reasoning"] is None and message["content"] and "<think>" not in message["content"]
 
 

@@ -15,6 +15,7 @@ from pagedllm.entrypoints.server.body_limit import BodyLimit
 from pagedllm.entrypoints.server.errors import install_error_handlers
 from pagedllm.engine.token_text import TokenText
 from pagedllm.entrypoints.server.prompts import PromptProcessor
+from pagedllm.entrypoints.reasoning import think_token_ids
 from pagedllm.entrypoints.server.chat_parsers import ChatParsers
 from pagedllm.metrics import ServerMetrics
 
@@ -46,6 +47,9 @@ def create_app(engine: AsyncEngine, metrics: ServerMetrics, shutdown_timeout: fl
     app.state.started = int(time.time())
     app.state.prompts = prompts
     app.state.chat_parsers = chat_parsers
+    # where a reasoning parser is on and the tags are tokens of their own, usage counts the reasoning's tokens
+    vocab = engine.tokenizer.get_vocab() if chat_parsers.reasoning_parser else {}
+    app.state.think_ids = think_token_ids(vocab)
     app.add_middleware(BodyLimit, max_bytes=max_request_bytes)
     if api_key is not None:
         app.add_middleware(APIKeyAuth, api_key=api_key)  # added last: runs first

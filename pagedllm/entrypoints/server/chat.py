@@ -44,7 +44,7 @@ async def create_chat_completion(request: Request) -> Any:
     if parsers.reasoning_parser is not None:  # does the prompt leave a <think> open?
         opened = opens_in_reasoning(parsers.reasoning_parser, await request.app.state.prompts.decode(prompt[-8:]))
         params = _constrained_after_reasoning(params, opened)
-    chat_text = ChatText(tools, opened, body.include_reasoning, body.echoed_text())
+    chat_text = ChatText(tools, opened, body.include_reasoning, body.echoed_text(), request.app.state.think_ids)
     submission = await submit(engine, "chatcmpl", [prompt], params, body.cache_salt)
     view = _View(body, submission, params.n, request.app.state.token_text, chat_text)
     if body.stream:
@@ -100,8 +100,12 @@ class _View:
         choices = [{"index": c.index, **self.chat_text.message(c.text, c.finish_reason),
                     "logprobs": self._logprobs(c.logprobs),
                     "stop_reason": c.stop_reason} for c in sorted(final.outputs, key=lambda c: c.index)]
-        usage = sse.usage(len(final.prompt_token_ids), sum(len(c.token_ids) for c in final.outputs))
-        return {**self._envelope("chat.completion", choices), "usage": usage}
+        return {**self._envelope("chat.completion", choices), "usage": self._usage(final)}
+
+    def _usage(self, final: RequestOutput) -> dict[str, Any]:
+        usage: dict[str, Any] = sse.usage(len(final.prompt_token_ids), sum(len(c.token_ids) for c in final.outputs))
+        details = self.chat_text.usage_details([c.token_ids for c in final.outputs])
+        return usage if details is None else {**usage, "completion_tokens_details": details}
 
     def _chunk(self, choice: dict[str, Any], new_tokens: int = 0) -> str:
         chunk = self._envelope("chat.completion.chunk", [choice])
@@ -124,7 +128,7 @@ class _View:
 
     async def stream(self) -> AsyncIterator[str]:
         tracker = DeltaTracker(self.n)
-        prompt_tokens = completion_tokens = 0
+        last: RequestOutput | None = None
         try:
             for index in range(self.n):
                 yield self._chunk({"index": index, "delta": {"role": "assistant", "content": ""},
@@ -136,11 +140,10 @@ class _View:
                 for delta in tracker.deltas(0, output):
                     for chunk in self._delta_chunks(delta):
                         yield chunk
-                prompt_tokens = len(output.prompt_token_ids)
-                completion_tokens = sum(len(c.token_ids) for c in output.outputs)
+                last = output
             if self.usage.include:
-                yield sse.event({**self._envelope("chat.completion.chunk", []),
-                                 "usage": sse.usage(prompt_tokens, completion_tokens)})
+                usage = sse.usage(0, 0) if last is None else self._usage(last)
+                yield sse.event({**self._envelope("chat.completion.chunk", []), "usage": usage})
         except RequestAborted as exc:
             yield sse_error(from_abort(exc))
         finally:

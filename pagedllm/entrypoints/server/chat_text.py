@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pagedllm.entrypoints.reasoning import ReasoningStream, split_reasoning
+from pagedllm.entrypoints.reasoning import ReasoningStream, count_reasoning_tokens, split_reasoning
 from pagedllm.entrypoints.tool_calls import ToolCallStream, ToolChoice, parse_message
 
 
@@ -16,6 +16,7 @@ class ChatText:
     reasoning_opened: bool | None = None  # None: no reasoning parser; else whether the answer begins in reasoning
     include_reasoning: bool = True  # the request's include_reasoning
     echo: str = ""  # what each message's content begins with (vLLM's echo)
+    think_ids: tuple[int, int] | None = None  # <think> and </think> where each is one token: reasoning is counted
 
     @property
     def calls_tools(self) -> bool:
@@ -35,6 +36,14 @@ class ChatText:
         if calls:
             message["tool_calls"] = [call.to_json() for call in calls]
         return {"message": message, "finish_reason": finish_reason}
+
+    def usage_details(self, outputs: list[list[int]]) -> dict[str, Any] | None:
+        """usage's completion_tokens_details over the choices' token ids: the reasoning's tokens, as vLLM counts them
+        (with a reasoning parser, where the tags are tokens of their own)."""
+        if self.reasoning_opened is None or self.think_ids is None:
+            return None
+        counted = sum(count_reasoning_tokens(ids, self.think_ids, self.reasoning_opened) for ids in outputs)
+        return {"reasoning_tokens": counted}
 
     def _split(self, text: str) -> tuple[str | None, str | None]:
         """(reasoning, content); without a reasoning parser the text is the content."""
