@@ -181,3 +181,18 @@ def test_auto_needs_the_server_to_allow_it(engine):
         server.stop()
     assert refused.status_code == 400 and "--enable-auto-tool-choice" in refused.json()["error"]["message"]
     assert named.status_code == 200 and named.json()["choices"][0]["message"]["tool_calls"]
+
+
+def test_abandoned_tool_call_streams_leave_nothing_behind(servers):
+    """Clients that hang up while a call is held (auto, required) or streamed (named)."""
+    bodies = [{"tools": TOOLS, "tool_choice": NAMED}, {"tools": TOOLS, "tool_choice": "required"},
+              {"tools": TOOLS, "structured_outputs": {"regex": CALL_REGEX}}]
+    with httpx.Client(base_url=servers.base_url, timeout=30) as http:
+        for body in bodies:
+            request = {"messages": MESSAGES, "max_tokens": 120, "stream": True, "n": 2, **body}
+            with http.stream("POST", "/v1/chat/completions", json=request) as response:
+                for i, _ in enumerate(response.iter_lines()):
+                    if i == 3:
+                        break
+    stats = servers.wait_idle()
+    assert (stats.num_running, stats.num_waiting, stats.blocks_used) == (0, 0, 0)
