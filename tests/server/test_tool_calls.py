@@ -79,6 +79,12 @@ def test_the_server_settings_are_checked():
     assert ChatParsers("llama3_json", True).tool_call_parser == "llama3_json"
 
 
+def parsed(parser, text):
+    """What a parser finds: (content, [(name, arguments)]), or None."""
+    found = parser().parse(text)
+    return None if found is None else (found[0], [(c.name, c.arguments) for c in found[1]])
+
+
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich"}}\n</tool_call>'
 
 
@@ -93,9 +99,7 @@ CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich"}}\n
     ('<tool_call>["get_time"]</tool_call>', None),
 ])  # fmt: skip
 def test_hermes_finds_the_calls_or_leaves_all_as_content(text, expected):
-    found = HermesParser().parse(text)
-    got = None if found is None else (found[0], [(c.name, c.arguments) for c in found[1]])
-    assert got == expected
+    assert parsed(HermesParser, text) == expected
 
 
 LLAMA_CALL = '{"name": "get_weather", "parameters": {"city": "Zürich"}}'
@@ -114,9 +118,7 @@ LLAMA_CALL = '{"name": "get_weather", "parameters": {"city": "Zürich"}}'
     ('{"name": "get_weather", "parameters": {"ci', None),  # cut short
 ])  # fmt: skip
 def test_llama3_json_finds_the_calls_or_leaves_all_as_content(text, expected):
-    found = Llama3JsonParser().parse(text)
-    got = None if found is None else (found[0], [(c.name, c.arguments) for c in found[1]])
-    assert got == expected
+    assert parsed(Llama3JsonParser, text) == expected
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -136,9 +138,7 @@ def test_llama3_json_finds_the_calls_or_leaves_all_as_content(text, expected):
     ("[" * 2000 + "]" * 2000, None),
 ])  # fmt: skip
 def test_pythonic_finds_the_calls_or_leaves_all_as_content(text, expected):
-    found = PythonicParser().parse(text)
-    got = None if found is None else (found[0], [(c.name, c.arguments) for c in found[1]])
-    assert got == expected
+    assert parsed(PythonicParser, text) == expected
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -155,9 +155,7 @@ def test_pythonic_finds_the_calls_or_leaves_all_as_content(text, expected):
     ('[TOOL_CALLS]f[ARGS]{"a": ', None),  # cut short
 ])  # fmt: skip
 def test_mistral_finds_the_calls_or_leaves_all_as_content(text, expected):
-    found = MistralParser().parse(text)
-    got = None if found is None else (found[0], [(c.name, c.arguments) for c in found[1]])
-    assert got == expected
+    assert parsed(MistralParser, text) == expected
 
 
 def test_call_ids_take_the_form_the_parsers_models_need():
