@@ -71,7 +71,8 @@ def test_chat_with_a_template_of_ones_own(llm):
 
 
 def test_chat_gives_the_template_the_tools(llm):
-    template = "{% for t in tools %}<{{ t.function.name }}>{% endfor %}{% for m in messages %}{{ m.content }}{% endfor %}"
+    template = ("{% for t in tools %}<{{ t.function.name }}>{% endfor %}"
+                "{% for m in messages %}{{ m.content }}{% endfor %}")
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
     (out,) = llm.chat([{"role": "user", "content": "hi"}], SamplingParams(max_tokens=1, **GREEDY), use_tqdm=False,
                       chat_template=template, tools=tools)  # fmt: skip

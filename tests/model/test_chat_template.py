@@ -46,7 +46,8 @@ def test_tool_call_arguments_reach_the_template_as_an_object(arguments, expected
 
 
 def test_tools_reach_the_template(tokenizer):
-    template = "{% for t in tools %}[{{ t.function.name }}]{% endfor %}{% for m in messages %}{{ m.content }}{% endfor %}"
+    template = ("{% for t in tools %}[{{ t.function.name }}]{% endfor %}"
+                "{% for m in messages %}{{ m.content }}{% endfor %}")
     tools = [{"type": "function", "function": {"name": "add"}}]
     text = render_chat(tokenizer, [{"role": "user", "content": "hi"}], add_generation_prompt=False,
                        chat_template=template, tools=tools)

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from pagedllm.entrypoints.reasoning import (ReasoningStream, count_reasoning_tokens, opens_in_reasoning, split_reasoning,
-                                            think_token_ids)
+from pagedllm.entrypoints.reasoning import (ReasoningStream, count_reasoning_tokens, opens_in_reasoning,
+                                            split_reasoning, think_token_ids)
 
 
 @pytest.mark.parametrize("text,opened,expected", [
@@ -36,8 +36,8 @@ def test_which_answers_begin_in_reasoning():
         opens_in_reasoning("granite", "")
 
 
-@pytest.mark.parametrize("text", ["<think>\nweigh it\n</think>\n\nYes.", " <thin", "<think>a</thi", "a</think>b</think>",
-                                  "no reasoning at all", "<think></think>"])  # fmt: skip
+@pytest.mark.parametrize("text", ["<think>\nweigh it\n</think>\n\nYes.", " <thin", "<think>a</thi",
+                                  "a</think>b</think>", "no reasoning at all", "<think></think>"])  # fmt: skip
 @pytest.mark.parametrize("opened", [False, True])
 def test_a_stream_sends_what_the_whole_answer_holds(text, opened):
     rng = random.Random(3)
@@ -70,7 +70,8 @@ def test_tool_calls_are_looked_for_after_the_reasoning_whole_or_streamed():
     text = '<think>call f? <tool_call> is how</think>\n<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>'
     whole = chat.message(text, "stop")
     assert whole["finish_reason"] == "tool_calls" and whole["message"]["reasoning"] == "call f? <tool_call> is how"
-    assert whole["message"]["content"] == "\n" and whole["message"]["tool_calls"][0]["function"]["arguments"] == '{"a": 1}'
+    assert whole["message"]["content"] == "\n"
+    assert whole["message"]["tool_calls"][0]["function"]["arguments"] == '{"a": 1}'
     stream, deltas = ChoiceStream(chat), []
     for i in range(0, len(text), 5):
         deltas += stream.feed(text[i:i + 5], i + 5 >= len(text))

@@ -1,6 +1,7 @@
 """Tool calling through the server, with the openai client, on a tiny random model served with a chat template
-that lists the tools (`--chat-template`): the tools reach the template, a named or required choice is held to its schema, "auto" finds the model's
-calls with the hermes parser, and a stream carries the same calls, content and logprobs as the whole answer."""
+that lists the tools (`--chat-template`): the tools reach the template, a named or required choice is held to its
+schema, "auto" finds the model's calls with the hermes parser, and a stream carries the same calls, content and
+logprobs as the whole answer."""
 
 from __future__ import annotations
 

@@ -6,8 +6,8 @@
 `<tool_call>` is the answer's content. A call cut short by the end of the answer is read up to that end.
 
 `llama3_json` (Llama 3.1 and later with their templates' JSON calls): each call is a JSON object `{"name": ...,
-"parameters": {...}}` (or `"arguments"`, which wins), after an optional `<|python_tag|>`, several joined by anything (`; `);
-every `{` outside a call found so far begins one. The text before the first call is the content.
+"parameters": {...}}` (or `"arguments"`, which wins), after an optional `<|python_tag|>`, several joined by
+anything (`; `); every `{` outside a call found so far begins one. The text before the first call is the content.
 
 `pythonic` (Llama 3.2 and 4 with vLLM's pythonic templates, ToolACE, ...): the answer is a Python list of calls
 with keyword arguments, `[get_weather(city="Paris"), get_time()]`, from its first character; the values are
