@@ -15,9 +15,9 @@ class Template:
         return "", messages
 
 
-def prompt_of(engine=None, **options) -> list[dict]:
+def prompt_of(engine=None, template=None, **options) -> list[dict]:
     args = argparse.Namespace(**{"prompt": "hi", "chat": True, "system": None, "chat_template": None} | options)
-    return generate_cmd._prompt(engine or Template(), args)
+    return generate_cmd._prompt(engine or Template(), args, template)
 
 
 def test_the_system_message_is_passed_as_given_even_empty():
@@ -33,7 +33,11 @@ def test_system_without_chat_is_refused(tmp_path, capsys):
 
 def test_a_chat_template_of_ones_own_reaches_the_template(tmp_path, capsys):
     engine = Template()
-    prompt_of(engine, chat_template="{{ messages[0].content }}")
+    prompt_of(engine, template="{{ messages[0].content }}")
     assert engine.chat_template == "{{ messages[0].content }}"
     assert main(["generate", "hi", "--chat-template", "{{ 1 }}", "--model", str(tmp_path / "none.gguf")]) == 2
     assert "--chat-template needs --chat" in capsys.readouterr().err
+    # a template that cannot be used stops the command before the model is read (the model path does not exist)
+    assert main(["generate", "hi", "--chat", "--chat-template", str(tmp_path / "none.jinja"),
+                 "--model", str(tmp_path / "none.gguf")]) == 2
+    assert "neither a template nor a file" in capsys.readouterr().err

@@ -49,9 +49,10 @@ def run(args: argparse.Namespace) -> int:
         seed=args.sample_seed,
         stop=args.stop,
     )
+    template = None if args.chat_template is None else load_chat_template(args.chat_template)  # before the model
     engine = LLMEngine(engine_config_from_args(args))
     try:
-        engine.add_request("cli", _prompt(engine, args), params)
+        engine.add_request("cli", _prompt(engine, args, template), params)
         output = _stream(engine)
         if args.stats:
             _print_stats(engine, output)
@@ -60,12 +61,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _prompt(engine, args: argparse.Namespace) -> str | list[int]:
+def _prompt(engine, args: argparse.Namespace, template: str | None = None) -> str | list[int]:
+    """The request's prompt; with --chat, through `template` (--chat-template's text) or the model's own."""
     if not args.chat:
         return args.prompt
     messages = [{"role": "system", "content": args.system}] if args.system is not None else []
     messages.append({"role": "user", "content": args.prompt})
-    template = None if args.chat_template is None else load_chat_template(args.chat_template)
     return engine.apply_chat_template(messages, chat_template=template)[1]
 
 
