@@ -81,7 +81,6 @@ class _View:
     def __init__(self, body: ChatCompletionRequest, submission: Submission, n: int, text_of: TokenText,
                  chat_text: ChatText) -> None:
         self.body, self.submission, self.n, self.text_of = body, submission, n, text_of
-        self.echo = chat_text.echo
         self.usage = sse.ChunkUsage(body.stream_options, submission.prompt_lengths)
         self.chat_text = chat_text
         self._streams: dict[int, ChoiceStream] = {}
@@ -133,8 +132,8 @@ class _View:
             for index in range(self.n):
                 yield self._chunk({"index": index, "delta": {"role": "assistant", "content": ""},
                                    "logprobs": None, "finish_reason": None})
-            for index in range(self.n if self.echo else 0):
-                yield self._chunk({"index": index, "delta": {"content": self.echo}, "logprobs": None,
+            for index in range(self.n if self.chat_text.echo else 0):
+                yield self._chunk({"index": index, "delta": {"content": self.chat_text.echo}, "logprobs": None,
                                    "finish_reason": None})
             async for output in self.submission.outputs():
                 for delta in tracker.deltas(0, output):

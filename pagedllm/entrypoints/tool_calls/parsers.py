@@ -59,11 +59,8 @@ class HermesParser:
         return content or None, calls
 
     def content_end(self, text: str) -> tuple[int, bool]:
-        """How much of a growing text is content for certain, and whether a call has begun: up to the first
-        `<tool_call>`, else all but an ending that may yet become one."""
-        if self.start in text:
-            return text.index(self.start), True
-        return len(text) - partial_tag_overlap(text, self.start), False
+        """How much of a growing text is content for certain, and whether a call has begun."""
+        return _content_before_tag(text, self.start)
 
 
 class Llama3JsonParser:
@@ -150,9 +147,7 @@ class MistralParser:
         return (content or None, calls) if calls else None
 
     def content_end(self, text: str) -> tuple[int, bool]:
-        if self.start in text:
-            return text.index(self.start), True
-        return len(text) - partial_tag_overlap(text, self.start), False
+        return _content_before_tag(text, self.start)
 
     def _segment(self, segment: str) -> list[FoundCall]:
         if segment.startswith(("[", "{")):  # before v11: a JSON list of calls, or one call
@@ -174,6 +169,14 @@ class MistralParser:
             raise ValueError("not a {name, arguments} call")
         arguments = call["arguments"]
         return FoundCall(call["name"], json.loads(arguments) if isinstance(arguments, str) else arguments)
+
+
+def _content_before_tag(text: str, tag: str) -> tuple[int, bool]:
+    """A growing text whose calls begin at `tag`: up to the first `tag` (a call has begun), else all but an
+    ending that may yet become one."""
+    if tag in text:
+        return text.index(tag), True
+    return len(text) - partial_tag_overlap(text, tag), False
 
 
 TOOL_CALL_PARSERS = {"hermes": HermesParser, "llama3_json": Llama3JsonParser, "pythonic": PythonicParser,
