@@ -68,30 +68,30 @@ class _SamplingFields(_Body):
     bad_words: list[str] | None = None  # vLLM's: words never sampled
     truncation_side: Literal["left"] | None = None
     structured_outputs: dict[str, Any] | None = None  # vLLM's: json, regex, choice, grammar or json_object
+    use_beam_search: bool = False  # vLLM's: n beams (pagedllm/engine/beam.py); not streamed by /v1/completions
+    length_penalty: float = 1.0  # vLLM's, with use_beam_search
+    prompt_logprobs: int | None = None  # vLLM's: each prompt token's logprob and its top-k, in the response
+    return_token_ids: bool = False  # vLLM's: the prompt's and each choice's token ids beside the text
+    return_tokens_as_token_ids: bool = False  # vLLM's: logprobs name tokens "token_id:<id>"
     # vLLM extras this server does not take: declared so that they are refused, not dropped as unknown
-    use_beam_search: bool | None = None
-    prompt_logprobs: int | None = None
     guided_json: Any = None
     guided_regex: Any = None
     guided_choice: Any = None
     guided_grammar: Any = None
     logprob_token_ids: Any = None
-    return_tokens_as_token_ids: Any = None
-    return_token_ids: Any = None
 
-    def check_stream_options(self) -> None:
+    def check_streaming(self) -> None:
         if self.stream_options is not None and not self.stream:
             raise InvalidInputError("stream_options is only allowed when stream is true")
+        if self.stream and self.prompt_logprobs is not None:
+            raise InvalidInputError("prompt_logprobs is not available when stream is true")
 
     def _refuse_unsupported(self, **why: str) -> None:
         """A 400 for each field given (not null / false) that this endpoint does not take, with why."""
         guided = "use structured_outputs (or response_format), as vLLM has since it dropped the guided_ fields"
-        for name, reason in {"use_beam_search": "beam search is offline only (LLM.generate)",
-                             "guided_json": guided, "guided_regex": guided, "guided_choice": guided,
+        for name, reason in {"guided_json": guided, "guided_regex": guided, "guided_choice": guided,
                              "guided_grammar": guided,
-                             "logprob_token_ids": "logprobs give the top-k only",
-                             "return_tokens_as_token_ids": "not implemented", "return_token_ids": "not implemented",
-                             **why}.items():
+                             "logprob_token_ids": "logprobs give the top-k only", **why}.items():
             if getattr(self, name) is not None and getattr(self, name) is not False:  # 0 is given
                 raise InvalidInputError(f"{name} is not supported: {reason}")
 
@@ -118,9 +118,21 @@ class _SamplingFields(_Body):
         }
         optional = ("temperature", "top_p", "top_k", "min_p", "presence_penalty",
                     "frequency_penalty", "repetition_penalty")
+        if self.use_beam_search:  # the search scores the model's own log-probabilities: no sampling defaults
+            return {**kwargs, **{k: getattr(self, k) for k in optional[1:] if getattr(self, k) is not None},
+                    "use_beam_search": True, "length_penalty": self.length_penalty,
+                    "temperature": self._beam_temperature()}
         kwargs.update({k: defaults[k] for k in optional if k in defaults})
         kwargs.update({k: getattr(self, k) for k in optional if getattr(self, k) is not None})
         return kwargs
+
+    def _beam_temperature(self) -> float:
+        """Beams are scored by the model's own log-probabilities, which vLLM's beam search takes at its default
+        temperature 1 (or 0): any other temperature would change nothing, so it is refused."""
+        if self.temperature not in (None, 0.0, 1.0):
+            raise InvalidInputError("temperature must be left out, 0 or 1 with use_beam_search: beams are scored by "
+                                    "the model's own log-probabilities")
+        return 0.0
 
     def _logit_bias(self) -> dict[int, float] | None:
         """OpenAI's {"token id": bias} with the ids as strings -> {id: bias}."""
@@ -180,15 +192,24 @@ class CompletionRequest(_SamplingFields):
     def to_sampling_params(self, defaults: dict[str, Any] | None = None) -> SamplingParams:
         """defaults: the model's sampling defaults (LLMEngine.sampling_defaults); max_tokens keeps OpenAI's 16.
         Scoring the prompt runs one token, which the response leaves out (as vLLM does)."""
-        self._refuse_unsupported(prompt_logprobs="use echo with logprobs")
+        self._refuse_unsupported()
         if self.suffix:
             raise InvalidInputError("suffix is not supported")
         if self.best_of is not None and self.best_of != self.n:
             raise InvalidInputError("best_of is not supported (only best_of equal to n, which changes nothing)")
-        prompt_logprobs = self.logprobs if self.echo else None  # the echoed prompt comes with its logprobs
+        if self.use_beam_search and self.stream:
+            raise InvalidInputError("use_beam_search cannot be streamed by /v1/completions (as in vLLM): its beams "
+                                    "are known only at the end")
         max_tokens = 1 if self.scores_the_prompt else self.max_tokens
-        return SamplingParams(max_tokens=max_tokens, logprobs=self.logprobs, prompt_logprobs=prompt_logprobs,
+        return SamplingParams(max_tokens=max_tokens, logprobs=self.logprobs, prompt_logprobs=self.prompt_logprobs_k,
                               **self._sampling_kwargs(defaults or {}))
+
+    @property
+    def prompt_logprobs_k(self) -> int | None:
+        """The prompt logprobs to compute: as asked for, else the echoed prompt's (it comes with its logprobs)."""
+        if self.prompt_logprobs is not None:
+            return self.prompt_logprobs
+        return self.logprobs if self.echo else None
 
 
 class ContentPart(_Body):
@@ -280,7 +301,7 @@ class ChatCompletionRequest(_SamplingFields, _TemplateFields):
         the request's tool choice (tool_choice_for): a forced call holds the answer to its schema, and "auto" keeps
         special tokens in the text, where a model's tool-call tags may be ones."""
         defaults = defaults or {}
-        self._refuse_unsupported(prompt_logprobs="use /v1/completions with echo and logprobs")
+        self._refuse_unsupported()
         self.check_template_fields()
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidInputError("top_logprobs requires logprobs to be true")
@@ -297,7 +318,8 @@ class ChatCompletionRequest(_SamplingFields, _TemplateFields):
         if tools is not None and tools.mode == "auto":
             kwargs["skip_special_tokens"] = False
         try:
-            return SamplingParams(max_tokens=max_tokens, logprobs=logprobs, **kwargs)
+            return SamplingParams(max_tokens=max_tokens, logprobs=logprobs, prompt_logprobs=self.prompt_logprobs,
+                                  **kwargs)
         except InvalidInputError as exc:  # named as this request named the field
             renamed = {"logprobs": "top_logprobs", "max_tokens": max_tokens_field}
             field, _, rest = str(exc).partition(" ")

@@ -2,7 +2,8 @@
 
 from pagedllm.engine.outputs import TokenLogprob
 from pagedllm.engine.token_text import TokenText
-from pagedllm.entrypoints.server.logprobs import chat_logprobs, completion_logprobs, prompt_logprobs
+from pagedllm.entrypoints.server.logprobs import (TokenIdText, chat_logprobs, completion_logprobs, prompt_logprobs,
+                                                   vllm_prompt_logprobs)
 
 
 class LetterTokenizer:
@@ -85,3 +86,24 @@ def test_a_sentencepiece_tokens_text_keeps_its_leading_space():
     backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.Strip(" ", 1, 0)])
     text_of = TokenText(PreTrainedTokenizerFast(tokenizer_object=backend))
     assert [text_of(t) for t in (1, 2, 3, 4)] == [" ", " quick", "  x", "fox"]
+
+
+def test_vllm_prompt_logprobs_give_the_token_first_then_its_alternatives_by_rank() -> None:
+    entries = [None, TokenLogprob(2, -3.0, {0: -0.5, 1: -1.0}, rank=7), TokenLogprob(0, -0.5, {0: -0.5}, rank=1)]
+    assert vllm_prompt_logprobs(entries, TokenText(LetterTokenizer())) == [
+        None,
+        {"2": {"logprob": -3.0, "rank": 7, "decoded_token": "c"}, "0": {"logprob": -0.5, "rank": 1, "decoded_token": "a"},
+         "1": {"logprob": -1.0, "rank": 2, "decoded_token": "b"}},
+        {"0": {"logprob": -0.5, "rank": 1, "decoded_token": "a"}},
+    ]
+
+
+def test_tokens_named_by_id_keep_their_own_bytes_and_count_offsets_by_name() -> None:
+    names = TokenIdText(TokenText(LetterTokenizer()))
+    entries = [TokenLogprob(token_id=2, logprob=-3.0, top={0: -0.5}), TokenLogprob(token_id=11, logprob=-1.0, top={})]
+    out = completion_logprobs(entries, names, offset=0)
+    assert out["tokens"] == ["token_id:2", "token_id:11"] and out["text_offset"] == [0, 10]
+    assert out["top_logprobs"][0] == {"token_id:0": -0.5, "token_id:2": -3.0}
+    (item, _) = chat_logprobs(entries, names)["content"]
+    assert (item["token"], item["bytes"]) == ("token_id:2", [99])
+    assert item["top_logprobs"] == [{"token": "token_id:0", "logprob": -0.5, "bytes": [97]}]

@@ -16,7 +16,7 @@ from pagedllm.entrypoints.server import limits, sse
 from pagedllm.entrypoints.server.deltas import ChoiceDelta, DeltaTracker
 from pagedllm.entrypoints.server.errors import from_abort, sse_error
 from pagedllm.engine.token_text import TokenText
-from pagedllm.entrypoints.server.logprobs import chat_logprobs
+from pagedllm.entrypoints.server.logprobs import TokenIdText, chat_logprobs, vllm_prompt_logprobs
 from pagedllm.entrypoints.server.prompts import PromptProcessor
 from pagedllm.entrypoints.server.request_body import parse_body
 from pagedllm.entrypoints.server.submission import (Submission, check_capacity, check_model, submit,
@@ -35,7 +35,7 @@ async def create_chat_completion(request: Request) -> Any:
     check_capacity(engine)
     body = await parse_body(request, ChatCompletionRequest)
     check_model(engine, body.model)
-    body.check_stream_options()
+    body.check_streaming()
     parsers: ChatParsers = request.app.state.chat_parsers
     tools = body.tool_choice_for(parsers.tool_call_parser, parsers.auto_tool_choice)
     params = body.to_sampling_params(engine.sampling_defaults, tools)
@@ -81,6 +81,7 @@ class _View:
     def __init__(self, body: ChatCompletionRequest, submission: Submission, n: int, text_of: TokenText,
                  chat_text: ChatText) -> None:
         self.body, self.submission, self.n, self.text_of = body, submission, n, text_of
+        self.names = TokenIdText(text_of) if body.return_tokens_as_token_ids else text_of  # tokens in logprobs
         self.usage = sse.ChunkUsage(body.stream_options, submission.prompt_lengths)
         self.chat_text = chat_text
         self._streams: dict[int, ChoiceStream] = {}
@@ -93,13 +94,22 @@ class _View:
     def _logprobs(self, entries: list | None) -> dict[str, Any] | None:
         if entries is None or not self.body.logprobs:
             return None
-        return chat_logprobs(entries, self.text_of)
+        return chat_logprobs(entries, self.names)
 
     def response(self, final: RequestOutput) -> dict[str, Any]:
         choices = [{"index": c.index, **self.chat_text.message(c.text, c.finish_reason),
-                    "logprobs": self._logprobs(c.logprobs),
-                    "stop_reason": c.stop_reason} for c in sorted(final.outputs, key=lambda c: c.index)]
-        return {**self._envelope("chat.completion", choices), "usage": self._usage(final)}
+                    "logprobs": self._logprobs(c.logprobs), "stop_reason": c.stop_reason,
+                    **self._token_ids(c.token_ids)} for c in sorted(final.outputs, key=lambda c: c.index)]
+        response = {**self._envelope("chat.completion", choices), "usage": self._usage(final)}
+        if self.body.prompt_logprobs is not None:
+            response["prompt_logprobs"] = vllm_prompt_logprobs(final.prompt_logprobs or [], self.text_of)
+        if self.body.return_token_ids:
+            response["prompt_token_ids"] = final.prompt_token_ids
+        return response
+
+    def _token_ids(self, token_ids: list[int]) -> dict[str, Any]:
+        """A choice's (or a chunk's) token ids, where return_token_ids asked for them."""
+        return {"token_ids": list(token_ids)} if self.body.return_token_ids else {}
 
     def _usage(self, final: RequestOutput) -> dict[str, Any]:
         usage: dict[str, Any] = sse.usage(len(final.prompt_token_ids), sum(len(c.token_ids) for c in final.outputs))
@@ -118,20 +128,33 @@ class _View:
         stream = self._streams.setdefault(delta.index, ChoiceStream(self.chat_text))
         parts = stream.feed(delta.text, delta.finish_reason is not None)
         finish = stream.finish_reason(delta.finish_reason) if delta.finish_reason is not None else None
-        chunks = [self._chunk({"index": delta.index, "delta": part, "logprobs": self._logprobs(held.logprobs),
-                               "finish_reason": None}, held.take()) for part in parts]
+        chunks = [self._held_chunk(held, {"index": delta.index, "delta": part, "finish_reason": None})
+                  for part in parts]
         if finish is not None:
-            chunks.append(self._chunk({"index": delta.index, "delta": {}, "logprobs": self._logprobs(held.logprobs),
-                                       "finish_reason": finish, "stop_reason": delta.stop_reason}, held.take()))
+            chunks.append(self._held_chunk(held, {"index": delta.index, "delta": {}, "finish_reason": finish,
+                                                  "stop_reason": delta.stop_reason}))
         return chunks
+
+    def _held_chunk(self, held: "_Held", choice: dict[str, Any]) -> str:
+        """A chunk of `choice` that carries the held tokens (their logprobs and ids) out."""
+        logprobs = self._logprobs(held.logprobs)
+        token_ids = held.take()
+        return self._chunk({**choice, "logprobs": logprobs, **self._token_ids(token_ids)}, len(token_ids))
+
+    def _role_chunk(self, index: int) -> str:
+        """A choice's first chunk; the first of all carries the prompt's token ids, where asked for."""
+        chunk = self._envelope("chat.completion.chunk", [{"index": index, "delta": {"role": "assistant", "content": ""},
+                                                          "logprobs": None, "finish_reason": None}])
+        if self.body.return_token_ids:
+            chunk["prompt_token_ids"] = self.submission.prompts[0] if index == 0 else None
+        return sse.event(self.usage.stamp(chunk, 0, index))
 
     async def stream(self) -> AsyncIterator[str]:
         tracker = DeltaTracker(self.n)
         last: RequestOutput | None = None
         try:
             for index in range(self.n):
-                yield self._chunk({"index": index, "delta": {"role": "assistant", "content": ""},
-                                   "logprobs": None, "finish_reason": None})
+                yield self._role_chunk(index)
             for index in range(self.n if self.chat_text.echo else 0):
                 yield self._chunk({"index": index, "delta": {"content": self.chat_text.echo}, "logprobs": None,
                                    "finish_reason": None})
@@ -154,17 +177,17 @@ class _Held:
     """A streamed choice's tokens (and their logprobs) not yet sent in a chunk."""
 
     def __init__(self) -> None:
-        self.tokens = 0
+        self.token_ids: list[int] = []
         self.logprobs: list | None = None
 
     def add(self, delta: ChoiceDelta) -> None:
-        self.tokens += len(delta.token_ids)
+        self.token_ids += delta.token_ids
         if delta.logprobs is not None:
             self.logprobs = self.logprobs or []
             self.logprobs.extend(delta.logprobs)
 
-    def take(self) -> int:
-        """The held tokens' count, as they go out now (their logprobs with them)."""
-        tokens, self.tokens, self.logprobs = self.tokens, 0, None
-        return tokens
+    def take(self) -> list[int]:
+        """The held tokens, as they go out now (their logprobs with them)."""
+        token_ids, self.token_ids, self.logprobs = self.token_ids, [], None
+        return token_ids
 

@@ -16,7 +16,8 @@ from pagedllm.entrypoints.server import limits, sse
 from pagedllm.entrypoints.server.deltas import ChoiceDelta, DeltaTracker
 from pagedllm.entrypoints.server.errors import from_abort, sse_error
 from pagedllm.engine.token_text import TokenText
-from pagedllm.entrypoints.server.logprobs import completion_logprobs, prompt_logprobs
+from pagedllm.entrypoints.server.logprobs import (TokenIdText, completion_logprobs, prompt_logprobs,
+                                                   vllm_prompt_logprobs)
 from pagedllm.entrypoints.server.prompts import PromptProcessor
 from pagedllm.entrypoints.server.request_body import parse_body
 from pagedllm.entrypoints.server.submission import (Submission, check_capacity, check_model, submit,
@@ -32,7 +33,7 @@ async def create_completion(request: Request) -> Any:
     check_capacity(engine)
     body = await parse_body(request, CompletionRequest)
     check_model(engine, body.model)
-    body.check_stream_options()
+    body.check_streaming()
     params = body.to_sampling_params(engine.sampling_defaults)
     prompts = await _prompt_ids(request.app.state.prompts, engine.max_model_len, body, params)
     submission = await submit(engine, "cmpl", prompts, params, body.cache_salt)
@@ -63,6 +64,7 @@ class _View:
 
     def __init__(self, body: CompletionRequest, submission: Submission, n: int, text_of: TokenText) -> None:
         self.body, self.submission, self.n, self.text_of = body, submission, n, text_of
+        self.names = TokenIdText(text_of) if body.return_tokens_as_token_ids else text_of  # tokens in logprobs
         self.engine = submission.engine
         self.prompts = body.prompts()
         self.usage = sse.ChunkUsage(body.stream_options, submission.prompt_lengths)
@@ -80,7 +82,7 @@ class _View:
     def _logprobs(self, entries: list | None, offset: int) -> dict[str, Any] | None:
         if entries is None or self.body.logprobs is None:
             return None
-        return completion_logprobs(entries, self.text_of, offset)
+        return completion_logprobs(entries, self.names, offset)
 
     def _echo(self, prompt_index: int, output: RequestOutput) -> tuple[str, dict[str, Any] | None, int]:
         """The echoed prompt: its text, its logprobs (when asked for) and where its completions' text_offset
@@ -89,7 +91,7 @@ class _View:
         text = self._prompt_text(prompt_index, output)
         if output.prompt_logprobs is None:
             return text, None, len(text)
-        logprobs = prompt_logprobs(output.prompt_token_ids, output.prompt_logprobs, self.text_of)
+        logprobs = prompt_logprobs(output.prompt_token_ids, output.prompt_logprobs, self.names)
         return text, logprobs, sum(map(len, logprobs["tokens"]))
 
     def _shown(self, output: RequestOutput) -> RequestOutput:
@@ -109,19 +111,34 @@ class _View:
                 completion_tokens += len(c.token_ids)
                 choices.append({"index": prompt_index * self.n + c.index, "text": prefix + c.text,
                                 "logprobs": _after_echo(echoed, self._logprobs(c.logprobs, offset)),
-                                "finish_reason": c.finish_reason, "stop_reason": c.stop_reason})
+                                "finish_reason": c.finish_reason, "stop_reason": c.stop_reason,
+                                **self._extras(output, c.token_ids)})
         choices.sort(key=lambda choice: choice["index"])
         prompt_tokens = sum(len(o.prompt_token_ids) for o in finals)
         return {**self._envelope(choices), "usage": sse.usage(prompt_tokens, completion_tokens)}
 
-    def _chunk(self, delta: ChoiceDelta, offset: int) -> dict[str, Any]:
+    def _extras(self, output: RequestOutput, token_ids: list[int]) -> dict[str, Any]:
+        """A whole choice's fields of vLLM's extras, where the request asked for them."""
+        extras: dict[str, Any] = {}
+        if self.body.prompt_logprobs is not None:
+            extras["prompt_logprobs"] = vllm_prompt_logprobs(output.prompt_logprobs or [], self.text_of)
+        if self.body.return_token_ids:
+            extras.update(prompt_token_ids=output.prompt_token_ids, token_ids=list(token_ids))
+        return extras
+
+    def _chunk(self, delta: ChoiceDelta, offset: int, prompt_ids: list[int] | None) -> dict[str, Any]:
+        """prompt_ids: the prompt's token ids, in the choice's first chunk (with return_token_ids)."""
         choice = {"index": delta.index, "text": delta.text, "logprobs": self._logprobs(delta.logprobs, offset),
                   "finish_reason": delta.finish_reason, "stop_reason": delta.stop_reason}
+        if self.body.return_token_ids:
+            choice.update(prompt_token_ids=prompt_ids, token_ids=delta.token_ids)
         return self.usage.stamp(self._envelope([choice]), delta.index // self.n, delta.index, len(delta.token_ids))
 
-    def _echo_chunks(self, prompt_index: int, text: str, logprobs: dict[str, Any] | None) -> list[str]:
+    def _echo_chunks(self, prompt_index: int, text: str, logprobs: dict[str, Any] | None,
+                     prompt_ids: list[int]) -> list[str]:
+        ids = {"prompt_token_ids": prompt_ids, "token_ids": []} if self.body.return_token_ids else {}
         return [sse.event(self.usage.stamp(self._envelope([
-            {"index": index, "text": text, "logprobs": logprobs, "finish_reason": None}]), prompt_index, index))
+            {"index": index, "text": text, "logprobs": logprobs, "finish_reason": None, **ids}]), prompt_index, index))
             for index in range(prompt_index * self.n, (prompt_index + 1) * self.n)]
 
     async def stream(self) -> AsyncIterator[str]:
@@ -131,17 +148,20 @@ class _View:
         offsets: dict[int, int] = {}
         prompt_tokens: dict[int, int] = {}
         completion_tokens: dict[int, int] = {}
+        started: set[int] = set()  # choices that sent a chunk
         try:
             async for output in self.submission.outputs():
                 output = self._shown(output)
                 prompt_index = self.submission.prompt_index(output)
                 if self.body.echo and prompt_index not in echoed and _prompt_logprobs_done(output):
                     text, logprobs, echoed[prompt_index] = self._echo(prompt_index, output)
-                    for chunk in self._echo_chunks(prompt_index, text, logprobs):
+                    for chunk in self._echo_chunks(prompt_index, text, logprobs, output.prompt_token_ids):
                         yield chunk
                 for delta in tracker.deltas(prompt_index, output):
                     offset = offsets.get(delta.index, echoed.get(prompt_index, 0))
-                    chunk = self._chunk(delta, offset)
+                    first = delta.index not in started and not self.body.echo
+                    started.add(delta.index)
+                    chunk = self._chunk(delta, offset, output.prompt_token_ids if first else None)
                     if logprobs := chunk["choices"][0]["logprobs"]:
                         offsets[delta.index] = offset + sum(map(len, logprobs["tokens"]))
                     yield sse.event(chunk)

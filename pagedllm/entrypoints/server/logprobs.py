@@ -14,7 +14,7 @@ def finite(logprob: float) -> float:
     return max(float(logprob), -9999.0)
 
 
-def completion_logprobs(entries: list[TokenLogprob], text_of: TokenText, offset: int) -> dict[str, Any]:
+def completion_logprobs(entries: list[TokenLogprob], text_of: TokenText | TokenIdText, offset: int) -> dict[str, Any]:
     """{"tokens", "token_logprobs", "top_logprobs", "text_offset"} as /v1/completions returns."""
     tokens = [text_of(e.token_id) for e in entries]
     offsets = []
@@ -29,7 +29,7 @@ def completion_logprobs(entries: list[TokenLogprob], text_of: TokenText, offset:
     }
 
 
-def prompt_logprobs(prompt_ids: list[int], entries: list[TokenLogprob | None], text_of: TokenText) -> dict[str, Any]:
+def prompt_logprobs(prompt_ids: list[int], entries: list[TokenLogprob | None], text_of: TokenText | TokenIdText) -> dict[str, Any]:
     """The echoed prompt's part of a /v1/completions logprobs object: its first token has no logprob (None)."""
     tokens = [text_of(t) for t in prompt_ids]
     return {
@@ -40,7 +40,7 @@ def prompt_logprobs(prompt_ids: list[int], entries: list[TokenLogprob | None], t
     }
 
 
-def _top_with_sampled(entry: TokenLogprob, text_of: TokenText) -> dict[str, float]:
+def _top_with_sampled(entry: TokenLogprob, text_of: TokenText | TokenIdText) -> dict[str, float]:
     """The k alternatives and, where it is not among them, the sampled token (so up to k + 1, as OpenAI's
     legacy completions return them)."""
     top: dict[str, float] = {}
@@ -51,16 +51,39 @@ def _top_with_sampled(entry: TokenLogprob, text_of: TokenText) -> dict[str, floa
     return top
 
 
-def chat_logprobs(entries: list[TokenLogprob], text_of: TokenText) -> dict[str, Any]:
+def chat_logprobs(entries: list[TokenLogprob], text_of: TokenText | TokenIdText) -> dict[str, Any]:
     """{"content": [{"token", "logprob", "bytes", "top_logprobs"}]} as /v1/chat/completions returns."""
     return {"content": [_chat_entry(e, text_of) for e in entries], "refusal": None}
 
 
-def _chat_entry(entry: TokenLogprob, text_of: TokenText) -> dict[str, Any]:
+def _chat_entry(entry: TokenLogprob, text_of: TokenText | TokenIdText) -> dict[str, Any]:
     item = _token(entry.token_id, entry.logprob, text_of)
     item["top_logprobs"] = [_token(t, lp, text_of) for t, lp in entry.top.items()]
     return item
 
 
-def _token(token_id: int, logprob: float, text_of: TokenText) -> dict[str, Any]:
+def _token(token_id: int, logprob: float, text_of: TokenText | TokenIdText) -> dict[str, Any]:
     return {"token": text_of(token_id), "logprob": finite(logprob), "bytes": text_of.bytes_of(token_id)}
+
+
+def vllm_prompt_logprobs(entries: list[TokenLogprob | None], text_of: TokenText) -> list[dict[str, Any] | None]:
+    """vLLM's prompt_logprobs field: per prompt token, None for the first (nothing comes before it), then
+    {"<id>": {"logprob", "rank", "decoded_token"}} for the token itself and its top-k alternatives."""
+    return [None if entry is None else {str(token): {"logprob": finite(logprob.logprob), "rank": logprob.rank,
+                                                     "decoded_token": text_of(token)}
+                                        for token, logprob in entry.items()}
+            for entry in entries]
+
+
+class TokenIdText:
+    """Logprobs' token names as vLLM's return_tokens_as_token_ids writes them, "token_id:<id>" (which a text that
+    does not decode alone cannot garble); `bytes` stay the token's own."""
+
+    def __init__(self, text_of: TokenText) -> None:
+        self._text_of = text_of
+
+    def __call__(self, token_id: int) -> str:
+        return f"token_id:{token_id}"
+
+    def bytes_of(self, token_id: int) -> list[int]:
+        return self._text_of.bytes_of(token_id)

@@ -28,18 +28,22 @@ class Submission:
         self.created = int(time.time())
         self.stream = OutputStream()
         self.request_ids: list[str] = []
-        self.prompt_lengths: list[int] = []
+        self.prompts: list[list[int]] = []  # token ids, by prompt index
         self._index_of: dict[str, int] = {}
         self._finished: set[str] = set()
 
     def prompt_index(self, output: RequestOutput) -> int:
         return self._index_of[output.request_id]
 
+    @property
+    def prompt_lengths(self) -> list[int]:
+        return [len(prompt) for prompt in self.prompts]
+
     async def add(self, prompts: list[list[int]], params: SamplingParams, cache_salt: str | None) -> None:
         """Every prompt in one engine command: they join the same step (one at a time, a list of N prompts took
         N steps to admit, and its first requests could finish before its last were in)."""
         self.request_ids = [f"{self.id}-{index}" for index in range(len(prompts))]
-        self.prompt_lengths = [len(prompt) for prompt in prompts]
+        self.prompts = prompts
         self._index_of = {request_id: index for index, request_id in enumerate(self.request_ids)}
         try:
             await self.engine.add_requests(list(zip(self.request_ids, prompts)), params, self.stream, cache_salt)
