@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pagedllm.engine.device import to_device
+from pagedllm.engine.device import to_device, to_host
 from pagedllm.engine.sampler import SampleResult, SamplingRow, changes_logits
 
 
@@ -27,8 +27,10 @@ class StepLogits:
 
     @classmethod
     def greedy_picks(cls, tokens: torch.Tensor, logprobs: torch.Tensor) -> "StepLogits":
-        """Every row known only by its greedy token and raw logprob ([rows] each, on the host)."""
-        picks = [SampleResult(t, lp, None) for t, lp in zip(tokens.tolist(), logprobs.tolist())]
+        """Every row known only by its greedy token and raw logprob ([rows] each, where the head ran): one copy
+        back, as the sampler's (float64 holds the ids exactly and the float32 logprobs unchanged)."""
+        host = to_host(torch.stack([tokens.double(), logprobs.double()]), "sampled tokens")
+        picks = [SampleResult(int(t), lp, None) for t, lp in zip(*host.tolist())]
         return cls(logprobs.new_empty(0, 0), [-1] * len(picks), dict(enumerate(picks)))
 
     def rows(self, rows: list[int]) -> torch.Tensor:

@@ -142,10 +142,18 @@ class Projection:
         return self._amx.float_outputs(x) if self._amx is not None else self(x).float()
 
     def greedy_picks(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Per row of self(x) (an LM head's logits): its first argmax and that logit's log-probability, computed as the
-        AMX matmul makes the logits, which are never written out; None where this weight is not on AMX tiles or the
-        batch is too large for them. A log-probability is NaN where a row's logits are not all finite."""
-        return self._amx.greedy_picks(x) if self._amx is not None else None
+        """Per row of self(x) (an LM head's logits): its first argmax and that logit's log-probability. On AMX tiles
+        the matmul computes them as it makes the logits, which are never written out; on pagedllm's other matmul one
+        compiled pass over the logits does (the sampler's own summary, without its Python around it). None where
+        neither runs this weight, or the batch is too large for the AMX pass. A log-probability is NaN where a row's
+        logits are not all finite."""
+        if self._amx is not None:
+            return self._amx.greedy_picks(x)
+        if self._kernels is None:
+            return None
+        logits = self.float_outputs(x)
+        tokens, log_z = self._kernels.greedy_summary(logits)
+        return tokens, logits.gather(1, tokens[:, None]).squeeze(1) - log_z
 
     def stack_matmul(self) -> object | None:
         """This projection as a kernels.StackMatmul (decoder_stack.py), or None where it runs on oneDNN or torch."""

@@ -174,17 +174,26 @@ def test_float_outputs_are_the_bfloat16_results_widened(monkeypatch: pytest.Monk
     assert got.dtype == torch.float32 and torch.equal(got, proj(x).float())
 
 
-@needs_amx
+def greedy_heads() -> list:
+    """The LM heads with a greedy pass: pagedllm's own matmul (float32; bfloat16 with AVX512-BF16) and AMX's."""
+    own = [pytest.param(dtype, False, id=f"own-{dtype}".replace("torch.", ""))
+           for dtype in (torch.float32, torch.bfloat16) if linear_kernels(dtype) is not None]
+    return own + [pytest.param(torch.bfloat16, True, id="amx", marks=needs_amx)]
+
+
+@pytest.mark.parametrize("dtype,amx", greedy_heads())
 @pytest.mark.parametrize("rows", [1, 5, 32, 33, projection.AMX_OWN_MAX_ROWS])
 @pytest.mark.parametrize("vocab,bias", [(40, True), (1000, False), (4099, False)])
-def test_greedy_picks_are_the_argmax_and_logprob_of_the_logits(monkeypatch: pytest.MonkeyPatch, rows, vocab, bias):
+def test_greedy_picks_are_the_argmax_and_logprob_of_the_logits(monkeypatch: pytest.MonkeyPatch, dtype, amx, rows,
+                                                               vocab, bias):
     """The LM head's greedy pass: per row the first argmax of the logits it would have stored and that logit's
     log-probability, with ties (columns of equal weights) in every row and vocabularies no multiple of 16."""
-    monkeypatch.setattr(projection, "amx_matmul_kernels", amx_matmul_kernels)  # the AMX matmuls back on
+    if amx:
+        monkeypatch.setattr(projection, "amx_matmul_kernels", amx_matmul_kernels)  # the AMX matmuls back on
     torch.manual_seed(rows + vocab)
-    weight, x = torch.randn(vocab, 64, dtype=torch.bfloat16), torch.randn(rows, 64, dtype=torch.bfloat16)
+    weight, x = torch.randn(vocab, 64, dtype=dtype), torch.randn(rows, 64, dtype=dtype)
     weight[39] = weight[vocab // 2] = weight[7] = x[0] * 2  # three equal logits, the largest in row 0 (7, 39: a lane)
-    b = torch.zeros(vocab, dtype=torch.bfloat16) if bias else None
+    b = torch.zeros(vocab, dtype=dtype) if bias else None
     proj = Projection(weight, b, pack=True)
     tokens, logprobs = proj.greedy_picks(x)
     logits = proj.float_outputs(x)
@@ -195,21 +204,22 @@ def test_greedy_picks_are_the_argmax_and_logprob_of_the_logits(monkeypatch: pyte
     torch.testing.assert_close(logprobs, raw, rtol=1e-5, atol=1e-5)
 
 
-@needs_amx
-def test_greedy_picks_mark_rows_with_logits_that_are_not_finite(monkeypatch: pytest.MonkeyPatch):
+@pytest.mark.parametrize("dtype,amx", greedy_heads())
+def test_greedy_picks_mark_rows_with_logits_that_are_not_finite(monkeypatch: pytest.MonkeyPatch, dtype, amx):
     """A row whose logits hold a NaN or an infinity has a NaN logprob (the runner then takes the full logits); the
-    other rows keep their picks. Past AMX_OWN_MAX_ROWS, or off AMX, there is no greedy pass."""
-    monkeypatch.setattr(projection, "amx_matmul_kernels", amx_matmul_kernels)
+    other rows keep their picks. Past AMX_OWN_MAX_ROWS on AMX, or on neither matmul, there is no greedy pass."""
+    if amx:
+        monkeypatch.setattr(projection, "amx_matmul_kernels", amx_matmul_kernels)
     torch.manual_seed(0)
-    proj = Projection(torch.randn(100, 64, dtype=torch.bfloat16), None, pack=True)
-    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    proj = Projection(torch.randn(100, 64, dtype=dtype), None, pack=True)
+    x = torch.randn(3, 64, dtype=dtype)
     x[1, 5], x[2, 9] = float("nan"), float("inf")
     tokens, logprobs = proj.greedy_picks(x)
     assert torch.isnan(logprobs[1:]).all() and not torch.isnan(logprobs[0])
     assert tokens[0] == proj.float_outputs(x[:1]).argmax()
-    assert proj.greedy_picks(torch.randn(projection.AMX_OWN_MAX_ROWS + 1, 64, dtype=torch.bfloat16)) is None
-    monkeypatch.setattr(projection, "amx_matmul_kernels", lambda: None)
-    assert Projection(torch.randn(100, 64, dtype=torch.bfloat16), None, pack=True).greedy_picks(x) is None
+    if amx:
+        assert proj.greedy_picks(torch.randn(projection.AMX_OWN_MAX_ROWS + 1, 64, dtype=dtype)) is None
+    assert Projection(torch.randn(100, 64, dtype=dtype), None, pack=False).greedy_picks(x) is None
 
 
 @needs_amx
