@@ -155,6 +155,11 @@ class LLMEngine:
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_work()
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block hash, so that later prompts find no prefix. Refused (False, nothing changed)
+        while a running request holds a hashed block: it would stay findable."""
+        return self.kv.reset_prefix_cache()
+
     # -- the step ------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:

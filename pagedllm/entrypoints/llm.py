@@ -104,6 +104,11 @@ class LLM:
     def stats(self) -> EngineStats:
         return self.engine.stats()
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix block, as vLLM's LLM.reset_prefix_cache() (between benchmark runs, say);
+        False, and nothing changed, while a request's blocks are cached (LLMEngine.reset_prefix_cache)."""
+        return self.engine.reset_prefix_cache()
+
     def _generate(self, prompts: list[_Prompt], sampling_params: SamplingParams | Seq[SamplingParams] | None,
                   use_tqdm: Progress) -> list[RequestOutput]:
         params = _params_per_prompt(sampling_params, len(prompts), self.engine.default_sampling_params())

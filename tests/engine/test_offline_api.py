@@ -226,3 +226,25 @@ def test_a_params_list_of_the_wrong_length_is_refused(llm):
 def test_an_unknown_engine_option_is_refused_by_name(tiny_llama_dir):
     with pytest.raises(InvalidInputError, match="unknown engine option.*no_such_option"):
         LLM(model=str(tiny_llama_dir), no_such_option=1)
+
+
+def test_reset_prefix_cache_forgets_the_cached_prefixes(tiny_llama_dir):
+    """As vLLM's LLM.reset_prefix_cache(): after it a prompt seen before finds no cached prefix; it is refused
+    (False) while a running request holds hashed blocks."""
+    llm = LLM(model=str(tiny_llama_dir), num_blocks=64, block_size=4, dtype="float32")
+    prompt, params = list(range(5, 30)), SamplingParams(max_tokens=2, temperature=0.0)
+    llm.generate([prompt], params)
+    hits = llm.stats().prefix_hits_tokens
+    llm.generate([prompt], params)
+    assert llm.stats().prefix_hits_tokens - hits == 24  # six whole blocks, all but the last token
+    engine = llm.engine
+    engine.add_request("running", prompt, SamplingParams(max_tokens=8, temperature=0.0))
+    engine.step()
+    assert llm.reset_prefix_cache() is False
+    while engine.has_unfinished_requests():
+        engine.step()
+    assert llm.reset_prefix_cache() is True
+    hits = llm.stats().prefix_hits_tokens
+    llm.generate([prompt], params)
+    assert llm.stats().prefix_hits_tokens == hits
+    assert llm.stats().blocks_used == 0
