@@ -28,16 +28,19 @@ MAX_STOP_STRINGS = 32
 MAX_PROMPTS = 1024
 
 
-class _Body(BaseModel):
+class StrictBody(BaseModel):
+    """A request body's model: strict types, finite numbers, unknown fields ignored."""
+
     model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
 
 
-class StreamOptions(_Body):
+
+class StreamOptions(StrictBody):
     include_usage: bool = False
     continuous_usage_stats: bool = False  # vLLM's: with include_usage, every chunk carries its usage so far
 
 
-class _SamplingFields(_Body):
+class _SamplingFields(StrictBody):
     """Fields both endpoints share (OpenAI's plus vLLM's usual extras)."""
 
     model: str | None = None
@@ -212,13 +215,13 @@ class CompletionRequest(_SamplingFields):
         return self.logprobs if self.echo else None
 
 
-class ContentPart(_Body):
+class ContentPart(StrictBody):
     model_config = ConfigDict(strict=True, extra="allow")
     type: str
     text: str | None = None
 
 
-class ChatMessage(_Body):
+class ChatMessage(StrictBody):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
@@ -235,7 +238,7 @@ class ChatMessage(_Body):
         return message
 
 
-class _TemplateFields(_Body):
+class _TemplateFields(StrictBody):
     """How a request's messages go through the model's chat template (chat completions and /tokenize alike)."""
 
     messages: list[ChatMessage] | None = None
@@ -346,7 +349,7 @@ class TokenizeRequest(_TemplateFields):
         self.check_template_fields()
 
 
-class DetokenizeRequest(_Body):
+class DetokenizeRequest(StrictBody):
     """POST /detokenize: token ids back to text."""
 
     model: str | None = None

@@ -39,11 +39,7 @@ async def create_chat_completion(request: Request) -> Any:
     parsers: ChatParsers = request.app.state.chat_parsers
     tools = body.tool_choice_for(parsers.tool_call_parser, parsers.auto_tool_choice)
     params = body.to_sampling_params(engine.sampling_defaults, tools)
-    prompt = await _prompt_ids(request.app.state.prompts, engine.max_model_len, body, params)
-    opened = None
-    if parsers.reasoning_parser is not None:  # does the prompt leave a <think> open?
-        opened = opens_in_reasoning(parsers.reasoning_parser, await request.app.state.prompts.decode(prompt[-8:]))
-        params = _constrained_after_reasoning(params, opened)
+    prompt, params, opened = await chat_prompt(request, body, params)
     chat_text = ChatText(tools, opened, body.include_reasoning, body.echoed_text(), request.app.state.think_ids)
     submission = await submit(engine, "chatcmpl", [prompt], params, body.cache_salt)
     view = _View(body, submission, params.n, request.app.state.token_text, chat_text)
@@ -51,6 +47,19 @@ async def create_chat_completion(request: Request) -> Any:
         return StreamingResponse(view.stream(), media_type="text/event-stream", headers=sse.HEADERS)
     finals = await until_disconnected(request, submission.collect(), submission)
     return view.response(finals[0])
+
+
+async def chat_prompt(request: Request, body: ChatCompletionRequest,
+                      params: SamplingParams) -> tuple[list[int], SamplingParams, bool | None]:
+    """The chat's prompt ids; its sampling params, a constraint held after the reasoning where a reasoning parser
+    is on; and whether the answer begins in reasoning (None: no reasoning parser)."""
+    state = request.app.state
+    prompt = await _prompt_ids(state.prompts, state.engine.max_model_len, body, params)
+    parser = state.chat_parsers.reasoning_parser
+    if parser is None:
+        return prompt, params, None
+    opened = opens_in_reasoning(parser, await state.prompts.decode(prompt[-8:]))  # does it leave <think> open?
+    return prompt, _constrained_after_reasoning(params, opened), opened
 
 
 async def _prompt_ids(processor: PromptProcessor, max_model_len: int, body: ChatCompletionRequest,

@@ -24,7 +24,7 @@ class ChatText:
 
     def message(self, text: str, finish_reason: str | None) -> dict[str, Any]:
         """{"message": ..., "finish_reason": ...} of a whole choice."""
-        reasoning, content = self._split(text)
+        reasoning, content = self.split(text)
         calls = []
         if self.calls_tools:
             parsed = parse_message(self.tools, content or "")
@@ -45,7 +45,7 @@ class ChatText:
         counted = sum(count_reasoning_tokens(ids, self.think_ids, self.reasoning_opened) for ids in outputs)
         return {"reasoning_tokens": counted}
 
-    def _split(self, text: str) -> tuple[str | None, str | None]:
+    def split(self, text: str) -> tuple[str | None, str | None]:
         """(reasoning, content); without a reasoning parser the text is the content."""
         if self.reasoning_opened is None:
             return None, text

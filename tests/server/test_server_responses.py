@@ -1,0 +1,160 @@
+"""POST /v1/responses through the server with the openai client, on a tiny random model: the answer is the chat
+path's for the same messages, a stream's events come in vLLM's order and join to the whole response, and what the
+endpoint cannot honour is a 400 naming the field."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import httpx
+import openai
+import pytest
+
+from pagedllm.entrypoints.responses_protocol import ResponsesRequest
+from pagedllm.entrypoints.server.chat_parsers import ChatParsers
+from pagedllm.entrypoints.server.chat_text import ChatText
+from pagedllm.entrypoints.server.responses import _Events, _View
+from server_harness import RunningServer, start_server
+
+GREEDY = {"temperature": 0, "max_output_tokens": 8}
+MESSAGE_EVENTS = ["response.output_item.added", "response.content_part.added", "response.output_text.done",
+                  "response.content_part.done", "response.output_item.done"]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_llama_dir):
+    from conftest import real_config
+
+    from pagedllm.engine.llm_engine import LLMEngine
+
+    return LLMEngine(real_config(tiny_llama_dir))
+
+
+@pytest.fixture(scope="module", params=[None, "deepseek_r1"], ids=["plain", "reasoning"])
+def server(engine, request) -> RunningServer:
+    """Served plainly, and with a reasoning parser that opens every answer in reasoning (this random model never
+    closes it: the answer is a reasoning item and an empty message)."""
+    running = start_server(engine, chat_parsers=ChatParsers(reasoning_parser=request.param))
+    running.reasoning = request.param is not None
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def api(server: RunningServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def texts(response) -> tuple[str, str | None]:
+    """(the message's text, the reasoning item's text or None) of a Response object."""
+    message = [item for item in response.output if item.type == "message"]
+    reasoning = [item for item in response.output if item.type == "reasoning"]
+    assert len(message) == 1 and len(reasoning) <= 1 and response.output[-1].type == "message"
+    return message[0].content[0].text, reasoning[0].content[0].text if reasoning else None
+
+
+def test_a_response_is_the_chat_answer_to_the_same_messages(api: openai.OpenAI, server: RunningServer) -> None:
+    response = api.responses.create(model=server.model, input="hello there", instructions="Be brief.", **GREEDY)
+    chat = api.chat.completions.create(model=server.model, temperature=0, max_tokens=8, messages=[
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello there"}])
+    message, reasoning = texts(response)
+    assert (message, reasoning) == ((chat.choices[0].message.content or ""),
+                                    getattr(chat.choices[0].message, "reasoning", None))
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (chat.usage.prompt_tokens, 8)
+    assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"
+    assert response.id.startswith("resp_") and response.instructions == "Be brief."
+
+
+def test_message_items_with_text_parts_read_as_chat_messages(api: openai.OpenAI, server: RunningServer) -> None:
+    conversation = [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+                    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hello",
+                                                                          "annotations": []}]},
+                    {"role": "user", "content": "and then?"}]
+    response = api.responses.create(model=server.model, input=conversation, **GREEDY)
+    chat = api.chat.completions.create(model=server.model, temperature=0, max_tokens=8, messages=[
+        {"role": "user", "content": [{"type": "text", "text": "hi"}]}, {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "and then?"}])
+    assert response.usage.input_tokens == chat.usage.prompt_tokens
+    assert texts(response)[0] == (chat.choices[0].message.content or "")
+
+
+def test_a_stream_sends_vllms_events_and_joins_to_the_whole_response(api: openai.OpenAI,
+                                                                     server: RunningServer) -> None:
+    whole = api.responses.create(model=server.model, input="hello there", **GREEDY)
+    events = list(api.responses.create(model=server.model, input="hello there", stream=True, **GREEDY))
+    names = [e.type for e in events]
+    assert names[:2] == ["response.created", "response.in_progress"] and names[-1] == "response.completed"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    joined = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    thought = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    assert (joined, thought or None) == texts(whole)
+    message_id = next(item.id for item in events[-1].response.output if item.type == "message")
+    of_message = [e.type for e in events if getattr(e, "item_id", None) == message_id
+                  or getattr(getattr(e, "item", None), "id", None) == message_id]
+    assert [n for n in of_message if not n.endswith(".delta")] == MESSAGE_EVENTS
+    final = events[-1].response
+    assert texts(final) == texts(whole) and final.usage.output_tokens == whole.usage.output_tokens
+    assert [item.type for item in final.output] == [item.type for item in whole.output]
+
+
+def test_the_clients_stream_helper_gets_the_final_response(api: openai.OpenAI, server: RunningServer) -> None:
+    with api.responses.stream(model=server.model, input="hello there", **GREEDY) as stream:
+        final = stream.get_final_response()
+    assert texts(final) == texts(api.responses.create(model=server.model, input="hello there", **GREEDY))
+
+
+def test_a_json_schema_format_is_the_chats_response_format(api: openai.OpenAI, server: RunningServer) -> None:
+    """The same constraint as chat's json_schema response_format: the same greedy answer (a random model does not
+    finish the object, so the two are compared as they are cut)."""
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    response = api.responses.create(model=server.model, input="a number", temperature=0, max_output_tokens=12,
+                                    text={"format": {"type": "json_schema", "name": "n", "schema": schema}})
+    chat = api.chat.completions.create(model=server.model, temperature=0, max_tokens=12,
+                                       messages=[{"role": "user", "content": "a number"}],
+                                       response_format={"type": "json_schema", "json_schema": {"name": "n",
+                                                                                              "schema": schema}})
+    assert texts(response)[0] == (chat.choices[0].message.content or "")
+    assert server.reasoning or texts(response)[0].startswith("{")
+    assert response.text.format.type == "json_schema" and response.text.format.schema_ == schema
+
+
+@pytest.mark.parametrize("extra,param", [
+    ({"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "tools"),
+    ({"previous_response_id": "resp_1"}, "previous_response_id"), ({"background": True}, "background"),
+    ({"include": ["message.output_text.logprobs"]}, "include"), ({"top_logprobs": 2}, "top_logprobs"),
+    ({"max_output_tokens": 0}, "max_output_tokens"), ({"input": []}, "input"),
+    ({"input": [{"role": "robot", "content": "x"}]}, "input"), ({"temperature": "hot"}, "temperature"),
+    ({"model": "nope"}, "model")])
+def test_what_a_response_cannot_honour_is_a_400_naming_it(server: RunningServer, extra: dict, param: str) -> None:
+    response = httpx.post(server.base_url + "/v1/responses", json={"input": "hi", **extra}, timeout=30)
+    assert response.status_code in (400, 404), response.text
+    assert response.json()["error"]["param"] == param
+
+
+def test_an_abandoned_stream_leaves_nothing_behind(server: RunningServer) -> None:
+    body = {"input": "hi", "max_output_tokens": 200, "stream": True}
+    with httpx.Client(base_url=server.base_url, timeout=60) as client:
+        with client.stream("POST", "/v1/responses", json=body) as response:
+            assert response.status_code == 200
+            next(response.iter_lines())
+    stats = server.wait_idle(timeout=30)
+    assert (stats.num_running, stats.num_waiting, stats.blocks_used) == (0, 0, 0)
+
+
+def test_reasoning_then_content_open_and_close_their_items_in_turn() -> None:
+    view = _View(ResponsesRequest(input="x"), SimpleNamespace(id="resp-1", created=0,
+                                                              engine=SimpleNamespace(model_name="m")),
+                 SimpleNamespace(temperature=0.0, top_p=1.0), ChatText(reasoning_opened=True))
+    events = _Events(view)
+    sent = [e for part in ({"reasoning": "a"}, {"reasoning": "b"}, {"content": "c"}) for e in events.part(part)]
+    sent += events.finish()
+    payloads = [json.loads(e.split("data: ", 1)[1]) for e in sent]
+    assert [p["type"].removeprefix("response.") for p in payloads] == [
+        "output_item.added", "content_part.added", "reasoning_text.delta", "reasoning_text.delta",
+        "reasoning_text.done", "content_part.done", "output_item.done",
+        "output_item.added", "content_part.added", "output_text.delta", "output_text.done", "content_part.done",
+        "output_item.done"]
+    assert [p["item"]["type"] for p in payloads if p["type"] == "response.output_item.done"] == ["reasoning", "message"]
+    assert payloads[4]["text"] == "ab" and payloads[10]["text"] == "c"
+    assert [p.get("output_index") for p in payloads] == [0] * 7 + [1] * 6
