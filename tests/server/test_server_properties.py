@@ -15,11 +15,14 @@ from hypothesis import strategies as st
 from conftest import fake_config
 from fake_serving_engine import FakeEngine
 from pagedllm.entrypoints.protocol import ChatCompletionRequest, CompletionRequest
+from pagedllm.entrypoints.responses_protocol import ResponsesRequest
 from schema_strategies import request_bodies
 from server_harness import RunningServer, start_server
 
 MODEL = "fake-model"
-ENDPOINTS = {"/v1/completions": CompletionRequest, "/v1/chat/completions": ChatCompletionRequest}
+ENDPOINTS = {"/v1/completions": CompletionRequest, "/v1/chat/completions": ChatCompletionRequest,
+             "/v1/responses": ResponsesRequest}
+RESPONSES = "/v1/responses"  # its answer is a Response object, its stream typed events without [DONE]
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -42,8 +45,13 @@ def check_error(text: str) -> None:
     assert isinstance(error["message"], str) and error["message"], error
 
 
-def check_stream(lines: list[str]) -> None:
+def check_stream(path: str, lines: list[str]) -> None:
     data = [line[len("data: "):] for line in lines if line.startswith("data: ")]
+    if path == RESPONSES:
+        events = [json.loads(d) for d in data]
+        assert events and events[-1]["type"] in ("response.completed", "error"), lines[-3:]
+        assert [e["sequence_number"] for e in events] == list(range(len(events)))
+        return
     assert data and data[-1] == "[DONE]", lines[-3:]
     for chunk in map(json.loads, data[:-1]):
         assert "choices" in chunk or "error" in chunk, chunk
@@ -57,9 +65,9 @@ def post(http: httpx.Client, path: str, content: bytes) -> None:
         if response.status_code >= 400:
             check_error("".join(lines))
         elif response.headers["content-type"].startswith("text/event-stream"):
-            check_stream(lines)
+            check_stream(path, lines)
         else:
-            assert "choices" in json.loads("".join(lines))
+            assert ("output" if path == RESPONSES else "choices") in json.loads("".join(lines))
 
 
 def assert_nothing_left(server: RunningServer) -> None:
