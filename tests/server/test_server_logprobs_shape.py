@@ -92,7 +92,8 @@ def test_vllm_prompt_logprobs_give_the_token_first_then_its_alternatives_by_rank
     entries = [None, TokenLogprob(2, -3.0, {0: -0.5, 1: -1.0}, rank=7), TokenLogprob(0, -0.5, {0: -0.5}, rank=1)]
     assert vllm_prompt_logprobs(entries, TokenText(LetterTokenizer())) == [
         None,
-        {"2": {"logprob": -3.0, "rank": 7, "decoded_token": "c"}, "0": {"logprob": -0.5, "rank": 1, "decoded_token": "a"},
+        {"2": {"logprob": -3.0, "rank": 7, "decoded_token": "c"},
+         "0": {"logprob": -0.5, "rank": 1, "decoded_token": "a"},
          "1": {"logprob": -1.0, "rank": 2, "decoded_token": "b"}},
         {"0": {"logprob": -0.5, "rank": 1, "decoded_token": "a"}},
     ]

@@ -4,6 +4,7 @@ endpoint cannot honour is a 400 naming the field."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from types import SimpleNamespace
 
@@ -11,6 +12,7 @@ import httpx
 import openai
 import pytest
 
+from pagedllm.engine.async_engine import RequestAborted
 from pagedllm.entrypoints.responses_protocol import ResponsesRequest
 from pagedllm.entrypoints.server.chat_parsers import ChatParsers
 from pagedllm.entrypoints.server.chat_text import ChatText
@@ -158,3 +160,25 @@ def test_reasoning_then_content_open_and_close_their_items_in_turn() -> None:
     assert [p["item"]["type"] for p in payloads if p["type"] == "response.output_item.done"] == ["reasoning", "message"]
     assert payloads[4]["text"] == "ab" and payloads[10]["text"] == "c"
     assert [p.get("output_index") for p in payloads] == [0] * 7 + [1] * 6
+
+
+def test_a_stream_the_server_aborts_ends_with_openais_error_event() -> None:
+    """An answer aborted under way (the server shutting down) ends its stream with an `error` event."""
+    class Aborted:
+        id, created, engine = "resp-2", 0, SimpleNamespace(model_name="m")
+
+        async def outputs(self):
+            raise RequestAborted("the server is shutting down")
+            yield
+
+        def abort_unfinished(self) -> None:
+            pass
+
+    view = _View(ResponsesRequest(input="x"), Aborted(), SimpleNamespace(temperature=0.0, top_p=1.0), ChatText())
+
+    async def collect() -> list[str]:
+        return [event async for event in view.stream()]
+
+    events = [json.loads(e.split("data: ", 1)[1]) for e in asyncio.run(collect())]
+    assert [e["type"] for e in events] == ["response.created", "response.in_progress", "error"]
+    assert events[-1]["code"] == "request_aborted" and "shutting down" in events[-1]["message"]

@@ -29,7 +29,8 @@ def completion_logprobs(entries: list[TokenLogprob], text_of: TokenText | TokenI
     }
 
 
-def prompt_logprobs(prompt_ids: list[int], entries: list[TokenLogprob | None], text_of: TokenText | TokenIdText) -> dict[str, Any]:
+def prompt_logprobs(prompt_ids: list[int], entries: list[TokenLogprob | None],
+                    text_of: TokenText | TokenIdText) -> dict[str, Any]:
     """The echoed prompt's part of a /v1/completions logprobs object: its first token has no logprob (None)."""
     tokens = [text_of(t) for t in prompt_ids]
     return {

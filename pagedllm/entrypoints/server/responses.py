@@ -22,7 +22,7 @@ from pagedllm.entrypoints.server import sse
 from pagedllm.entrypoints.server.chat import chat_prompt
 from pagedllm.entrypoints.server.chat_text import ChatText, ChoiceStream
 from pagedllm.entrypoints.server.deltas import DeltaTracker
-from pagedllm.entrypoints.server.errors import error_body, from_abort
+from pagedllm.entrypoints.server.errors import from_abort
 from pagedllm.entrypoints.server.request_body import parse_body
 from pagedllm.entrypoints.server.submission import Submission, check_capacity, check_model, submit, until_disconnected
 from pagedllm.errors import InvalidInputError
@@ -56,7 +56,8 @@ def _sampling_params(make: Any, defaults: dict[str, Any]) -> SamplingParams:
         return make(defaults)
     except InvalidInputError as exc:
         field, _, rest = str(exc).partition(" ")
-        raise InvalidInputError(f"{'max_output_tokens' if field == 'max_completion_tokens' else field} {rest}") from None
+        named = "max_output_tokens" if field == "max_completion_tokens" else field
+        raise InvalidInputError(f"{named} {rest}") from None
 
 
 def _item_id(prefix: str) -> str:
@@ -131,9 +132,8 @@ class _View:
                 yield event
             if last is not None:
                 yield events.event("response.completed", response=self.response(last))
-        except RequestAborted as exc:
-            yield events.event("error", **error_body(from_abort(exc).message, "service_unavailable",
-                                                       code="request_aborted")["error"])
+        except RequestAborted as exc:  # OpenAI's error event
+            yield events.event("error", code="request_aborted", message=from_abort(exc).message, param=None)
         finally:
             self.submission.abort_unfinished()
 
