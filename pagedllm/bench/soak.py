@@ -43,7 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help="model for the started server (default: the built-in one)")
     parser.add_argument("--serve-args", default=DEFAULT_SERVE_ARGS, help="more `pagedllm serve` options, one string")
     parser.add_argument("--bursts", type=int, default=20, help=f"bursts to run (at least {2 * TAIL} for a verdict)")
-    parser.add_argument("--streams", type=int, default=64, help="streaming chats per burst")
+    parser.add_argument("--streams", type=int, default=64, help="requests per burst (streaming chats by default)")
+    parser.add_argument("--mix", choices=("chat", "features"), default="chat",
+                        help="the requests: streaming chats, or drawn across the three endpoints and their features "
+                             "(n, logprobs, structured outputs, tool calls, beam search, ...), streamed or whole")
     parser.add_argument("--disconnects", type=int, default=16, help="of those, how many hang up mid-stream")
     parser.add_argument("--bad-requests", type=int, default=16, help="invalid requests mixed into each burst")
     parser.add_argument("--max-tokens", type=int, default=64, help="longest completion a stream asks for")
@@ -84,7 +87,7 @@ async def _soak(base_url: str, pid: int, args: argparse.Namespace) -> list[Burst
         model = (await client.get("/v1/models")).json()["data"][0]["id"]
         pool = scrape((await client.get("/metrics")).text)["pagedllm_kv_blocks_total"]
         print(f"soaking {model} at {base_url}: a pool of {int(pool)} KV blocks", file=sys.stderr)
-        plan = BurstPlan(args.streams, args.disconnects, args.bad_requests, args.max_tokens, model)
+        plan = BurstPlan(args.streams, args.disconnects, args.bad_requests, args.max_tokens, model, args.mix)
         rows, preempted = [], 0
         for burst in range(1, args.bursts + 1):
             start = time.monotonic()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from pagedllm.bench.soak_features import feature_request
 from pagedllm.bench.sse_lines import sse_lines
 
 # Bodies every server must refuse with a 4xx (raw JSON, so that it can hold what json.dumps won't write).
@@ -39,19 +40,19 @@ class BurstResult:
 
 @dataclass(slots=True)
 class BurstPlan:
-    streams: int
-    disconnects: int
+    streams: int  # requests per burst (all streamed chats with mix "chat")
+    disconnects: int  # of those, how many hang up mid-stream (a request of the features mix not streamed: none)
     bad_requests: int
     max_tokens: int
     model: str
+    mix: str = "chat"  # "chat": streamed chats; "features": soak_features.feature_request's mix
 
 
 async def run_burst(client: httpx.AsyncClient, plan: BurstPlan, rng: random.Random) -> BurstResult:
     result = BurstResult()
     hang_ups = set(rng.sample(range(plan.streams), plan.disconnects))
-    shortest = min(8, plan.max_tokens)
-    jobs = [_stream(client, plan, i, rng.randint(1, 8) if i in hang_ups else None,
-                    rng.randint(shortest, plan.max_tokens), result) for i in range(plan.streams)]
+    jobs = [_request(client, *_body(plan, i, rng), i, rng.randint(1, 8) if i in hang_ups else None, result)
+            for i in range(plan.streams)]
     jobs += [_bad(client, *BAD_BODIES[(i + rng.randrange(len(BAD_BODIES))) % len(BAD_BODIES)], result)
              for i in range(plan.bad_requests)]
     rng.shuffle(jobs)
@@ -59,19 +60,34 @@ async def run_burst(client: httpx.AsyncClient, plan: BurstPlan, rng: random.Rand
     return result
 
 
-async def _stream(client: httpx.AsyncClient, plan: BurstPlan, i: int, hang_up_after: int | None,
-                  max_tokens: int, result: BurstResult) -> None:
-    body = {"model": plan.model, "stream": True, "max_tokens": max_tokens, "temperature": 0.8, "seed": i,
+def _body(plan: BurstPlan, i: int, rng: random.Random) -> tuple[str, dict]:
+    if plan.mix == "features":
+        return feature_request(rng, i, plan.max_tokens, plan.model)
+    body = {"model": plan.model, "stream": True, "max_tokens": rng.randint(min(8, plan.max_tokens), plan.max_tokens),
+            "temperature": 0.8, "seed": i,
             "messages": [{"role": "system", "content": "You are a concise assistant."},
                          {"role": "user", "content": f"Tell me fact number {i} about paged memory."}]}
+    return "/v1/chat/completions", body
+
+
+async def _request(client: httpx.AsyncClient, path: str, body: dict, i: int, hang_up_after: int | None,
+                   result: BurstResult) -> None:
     try:
-        async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+        if not body.get("stream"):
+            response = await client.post(path, json=body)
+            if response.status_code != 200 or not ({"choices", "output"} & set(response.json())):
+                result.errors.append(f"request {i} to {path}: HTTP {response.status_code} {response.text[:120]}")
+            else:
+                result.completed += 1
+            return
+        async with client.stream("POST", path, json=body) as response:
             if response.status_code != 200:
-                result.errors.append(f"stream {i}: HTTP {response.status_code}")
+                body_text = (await response.aread()).decode(errors="replace")[:120]
+                result.errors.append(f"stream {i} to {path}: HTTP {response.status_code} {body_text}")
                 return
             await _read_stream(response, i, hang_up_after, result)
     except httpx.HTTPError as exc:
-        result.errors.append(f"stream {i}: {type(exc).__name__}: {exc}")
+        result.errors.append(f"request {i} to {path}: {type(exc).__name__}: {exc}")
 
 
 async def _read_stream(response: httpx.Response, i: int, hang_up_after: int | None, result: BurstResult) -> None:
@@ -80,13 +96,17 @@ async def _read_stream(response: httpx.Response, i: int, hang_up_after: int | No
         if not line.startswith("data: "):
             continue
         events += 1
-        if line == "data: [DONE]":
+        event = {} if line == "data: [DONE]" else json.loads(line[len("data: "):])
+        if line == "data: [DONE]" or event.get("type") == "response.completed":  # a chat's or a response's end
             result.completed += 1
+            return
+        if "error" in event or event.get("type") == "error":
+            result.errors.append(f"stream {i}: {line[:160]}")
             return
         if hang_up_after is not None and events >= hang_up_after:
             result.disconnected += 1
             return  # leaving the block closes the connection mid-stream
-    result.errors.append(f"stream {i}: ended after {events} events without [DONE]")
+    result.errors.append(f"stream {i}: ended after {events} events without its end ([DONE], response.completed)")
 
 
 async def _bad(client: httpx.AsyncClient, path: str, raw: bytes, result: BurstResult) -> None:

@@ -52,3 +52,29 @@ def test_verdict() -> None:
     assert not judge(rows(flat, blocks=2), 16.0)["ok"]
     assert judge(rows(flat, blocks=2), 16.0)["bursts_with_leaks"] == [4]
     assert not judge(rows(flat[:TAIL]), 16.0)["ok"]  # too few bursts for a verdict
+
+
+def test_a_burst_of_the_features_mix_against_the_real_engine(tiny_llama_dir) -> None:
+    """Every endpoint and feature at once on the tiny model with a small pool (it preempts): all answered with a
+    200 (streams to their end, or hung up), and nothing left behind."""
+    from conftest import real_config
+
+    from pagedllm.engine.llm_engine import LLMEngine
+
+    config = real_config(tiny_llama_dir)
+    config.num_blocks = 96
+    server = start_server(LLMEngine(config))
+    try:
+        async def burst():
+            async with httpx.AsyncClient(base_url=server.base_url, timeout=120) as client:
+                plan = BurstPlan(streams=48, disconnects=6, bad_requests=4, max_tokens=24, model=server.model,
+                                 mix="features")
+                return await run_burst(client, plan, random.Random(1))
+
+        result = asyncio.run(burst())
+        stats = server.wait_idle(timeout=60)
+    finally:
+        server.stop()
+    assert result.errors == []
+    assert result.completed + result.disconnected == 48 and result.completed > 30 and result.refused == 4
+    assert (stats.num_running, stats.num_waiting, stats.blocks_used) == (0, 0, 0) and stats.num_preemptions > 0

@@ -1,0 +1,75 @@
+"""The soak's `--mix features` requests: each drawn across the three generating endpoints and what they take
+(n, logprobs, stops, penalties, structured outputs, tool calls, beam search, prompt logprobs, token ids, the
+Responses API), streamed or whole, so that a burst runs them all at once under preemption.
+
+Every body fits the soak's small pool (prompts of at most about 60 tokens, n and beams of at most 2), so a
+healthy server answers each with a 200.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
+          "required": ["name", "age"]}
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+def feature_request(rng: random.Random, i: int, max_tokens: int, model: str) -> tuple[str, dict[str, Any]]:
+    """(path, body) of request `i`: a chat (half), a completion or a response."""
+    draw = rng.random()
+    make = _chat if draw < 0.5 else _completion if draw < 0.8 else _response
+    path, body = make(rng, i)
+    limit = "max_output_tokens" if path == "/v1/responses" else "max_tokens"
+    return path, {"model": model, limit: rng.randint(1, max_tokens), **body}
+
+
+def _chat(rng: random.Random, i: int) -> tuple[str, dict[str, Any]]:
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": f"Fact {i} about paged memory, please."}],
+                            "seed": i, "stream": rng.random() < 0.5}
+    if rng.random() < 0.1:
+        return "/v1/chat/completions", {**body, "use_beam_search": True, "n": 2}
+    body.update(rng.choice([{}, {"response_format": {"type": "json_schema", "json_schema": {"name": "p",
+                                                                                             "schema": SCHEMA}}},
+                            {"structured_outputs": {"choice": ["yes", "no"]}},
+                            {"tools": [TOOL], "tool_choice": "required"},
+                            {"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}]))
+    _sampling(rng, body)
+    if rng.random() < 0.3:
+        body.update(logprobs=True, top_logprobs=rng.randint(0, 3))
+    if not body["stream"] and rng.random() < 0.2:
+        body["prompt_logprobs"] = rng.randint(0, 2)
+    return "/v1/chat/completions", body
+
+
+def _completion(rng: random.Random, i: int) -> tuple[str, dict[str, Any]]:
+    body: dict[str, Any] = {"prompt": f"Story {i}: once upon a time", "seed": i, "stream": rng.random() < 0.5}
+    if not body["stream"] and rng.random() < 0.15:
+        return "/v1/completions", {**body, "use_beam_search": True, "n": 2}
+    _sampling(rng, body)
+    if rng.random() < 0.3:
+        body.update(logprobs=rng.randint(0, 3), echo=not body["stream"] and rng.random() < 0.5)
+    if rng.random() < 0.2:
+        body["return_token_ids"] = True
+    return "/v1/completions", body
+
+
+def _response(rng: random.Random, i: int) -> tuple[str, dict[str, Any]]:
+    body: dict[str, Any] = {"input": f"Question {i}: what is a block table?", "stream": rng.random() < 0.5}
+    if rng.random() < 0.3:
+        body["instructions"] = "Answer in one sentence."
+    if rng.random() < 0.2:
+        body["text"] = {"format": {"type": "json_schema", "name": "p", "schema": SCHEMA}}
+    return "/v1/responses", body
+
+
+def _sampling(rng: random.Random, body: dict[str, Any]) -> None:
+    """Sampling fields both token endpoints take: n, temperature, stops, penalties."""
+    body["n"] = rng.randint(1, 2)
+    body["temperature"] = rng.choice([0.0, 0.7, 1.2])
+    if rng.random() < 0.2:
+        body["stop"] = rng.choice([".", ["a", "the"]])
+    if rng.random() < 0.15:
+        body.update(presence_penalty=0.5, frequency_penalty=0.3, repetition_penalty=1.1)
