@@ -14,9 +14,9 @@ from pydantic import ConfigDict, Field
 from pagedllm.entrypoints.protocol import ChatCompletionRequest, RepetitionPenalty, StrictBody, Temperature
 from pagedllm.errors import InvalidInputError
 
-# the sampling fields a response shares with a chat completion, under the same names
-SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
-                   "repetition_penalty", "user", "skip_special_tokens", "include_reasoning", "stream")
+# the fields a response passes to its chat completion under the same names
+CHAT_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
+               "user", "skip_special_tokens", "include_reasoning", "stream")
 
 
 class InputText(StrictBody):
@@ -88,7 +88,7 @@ class ResponsesRequest(StrictBody):
             messages.append({"role": "user", "content": self.input})
         else:
             messages += [message.as_chat() for message in self.input]
-        fields = {name: getattr(self, name) for name in SAMPLING_FIELDS if getattr(self, name) is not None}
+        fields = {name: getattr(self, name) for name in CHAT_FIELDS if getattr(self, name) is not None}
         effort = (self.reasoning or {}).get("effort")
         return ChatCompletionRequest(messages=messages, max_completion_tokens=self.max_output_tokens,
                                      response_format=self._response_format(), reasoning_effort=effort, **fields)
