@@ -1,6 +1,6 @@
 """The soak's `--mix features` requests: each drawn across the three generating endpoints and what they take
 (n, logprobs, stops, penalties, structured outputs, tool calls, beam search, prompt logprobs, token ids, the
-Responses API), streamed or whole, so that a burst runs them all at once under preemption.
+Responses API and its function calls), streamed or whole, so that a burst runs them all at once under preemption.
 
 Every body fits the soak's small pool (prompts of at most about 60 tokens, n and beams of at most 2), so a
 healthy server answers each with a 200.
@@ -60,8 +60,11 @@ def _response(rng: random.Random, i: int) -> tuple[str, dict[str, Any]]:
     body: dict[str, Any] = {"input": f"Question {i}: what is a block table?", "stream": rng.random() < 0.5}
     if rng.random() < 0.3:
         body["instructions"] = "Answer in one sentence."
-    if rng.random() < 0.2:
+    draw = rng.random()
+    if draw < 0.2:
         body["text"] = {"format": {"type": "json_schema", "name": "p", "schema": SCHEMA}}
+    elif draw < 0.4:  # the Responses API's flat function tool
+        body.update(tools=[{"type": "function", **TOOL["function"]}], tool_choice="required")
     return "/v1/responses", body
 
 

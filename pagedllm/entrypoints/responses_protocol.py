@@ -1,8 +1,10 @@
-"""The request body of POST /v1/responses (OpenAI's Responses API, text in and text out), and its chat request.
+"""The request body of POST /v1/responses (OpenAI's Responses API: text and function calls), and its chat request.
 
-A response is a chat completion underneath: the instructions become a system message, the input the messages,
-and the chat path's template, limits and sampling apply. What this server cannot honour (tools, stored
-conversations, background runs, logprobs) is refused with a 400 naming the field.
+A response is a chat completion underneath: the instructions become a system message, the input the messages
+(an earlier answer's function calls an assistant message's tool_calls, their outputs tool messages), the
+function tools the chat's tools, and the chat path's template, limits, sampling and tool calling apply. What this
+server cannot honour (other tools, stored conversations, background runs, logprobs) is refused with a 400 naming
+the field.
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from pagedllm.entrypoints.protocol import ChatCompletionRequest, RepetitionPenalty, StrictBody, Temperature
+from pagedllm.entrypoints.protocol import ChatCompletionRequest, Int64, RepetitionPenalty, StrictBody, Temperature
 from pagedllm.errors import InvalidInputError
 
 # the fields a response passes to its chat completion under the same names
 CHAT_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
-               "user", "skip_special_tokens", "include_reasoning", "stream")
+               "seed", "user", "skip_special_tokens", "include_reasoning", "stream", "parallel_tool_calls", "cache_salt",
+               "structured_outputs")
 
 
 class InputText(StrictBody):
@@ -38,6 +41,28 @@ class InputMessage(StrictBody):
         return {"role": self.role, "content": [{"type": "text", "text": part.text} for part in self.content]}
 
 
+class FunctionCallItem(StrictBody):
+    """A function call of an earlier answer, sent back as input."""
+
+    model_config = ConfigDict(strict=True, extra="allow")  # its item id and status
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+
+
+class FunctionCallOutput(StrictBody):
+    """What a function call returned, for the model to read."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+    type: Literal["function_call_output"]
+    call_id: str
+    output: str
+
+
+InputItem = InputMessage | FunctionCallItem | FunctionCallOutput
+
+
 class TextFormat(StrictBody):
     model_config = ConfigDict(strict=True, extra="allow")  # description, strict
     type: Literal["text", "json_object", "json_schema"]
@@ -51,7 +76,7 @@ class TextConfig(StrictBody):
 
 class ResponsesRequest(StrictBody):
     model: str | None = None
-    input: str | Annotated[list[InputMessage], Field(min_length=1)]
+    input: str | Annotated[list[InputItem], Field(min_length=1)]
     instructions: str | None = None
     max_output_tokens: int | None = None
     temperature: Temperature | None = None
@@ -61,6 +86,9 @@ class ResponsesRequest(StrictBody):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     repetition_penalty: RepetitionPenalty | None = None
+    seed: Int64 | None = None  # vLLM's
+    cache_salt: str | None = Field(default=None, min_length=1)  # vLLM's: a different salt shares no cached prefix
+    structured_outputs: dict[str, Any] | None = None  # vLLM's, as chat's (not with a text.format JSON schema)
     stream: bool = False
     text: TextConfig | None = None
     reasoning: dict[str, Any] | None = None  # {"effort": ...} goes to the chat template as reasoning_effort
@@ -70,9 +98,10 @@ class ResponsesRequest(StrictBody):
     truncation: Literal["disabled"] | None = None
     include_reasoning: bool = True  # vLLM's: with a reasoning parser, the reasoning item (false: left out)
     skip_special_tokens: bool = True
+    tools: list[dict[str, Any]] | None = None  # function tools (OpenAI's flat form)
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
     # OpenAI fields this server does not take: declared so that they are refused, not dropped as unknown
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: Any = None
     previous_response_id: str | None = None
     conversation: Any = None
     background: bool | None = None
@@ -84,14 +113,19 @@ class ResponsesRequest(StrictBody):
         """The same request as a chat completion (the chat path then checks its values)."""
         self._refuse_unsupported()
         messages = [{"role": "system", "content": self.instructions}] if self.instructions is not None else []
-        if isinstance(self.input, str):
-            messages.append({"role": "user", "content": self.input})
-        else:
-            messages += [message.as_chat() for message in self.input]
+        messages += [{"role": "user", "content": self.input}] if isinstance(self.input, str) else chat_messages(
+            self.input)
         fields = {name: getattr(self, name) for name in CHAT_FIELDS if getattr(self, name) is not None}
         effort = (self.reasoning or {}).get("effort")
         return ChatCompletionRequest(messages=messages, max_completion_tokens=self.max_output_tokens,
-                                     response_format=self._response_format(), reasoning_effort=effort, **fields)
+                                     response_format=self._response_format(), reasoning_effort=effort,
+                                     tools=chat_tools(self.tools), tool_choice=chat_tool_choice(self.tool_choice),
+                                     **fields)
+
+    @property
+    def tool_choice_shown(self) -> str | dict[str, Any]:
+        """The response's `tool_choice`: as asked for, else "auto" with tools and "none" without."""
+        return self.tool_choice if self.tool_choice is not None else ("auto" if self.tools else "none")
 
     def text_config(self) -> dict[str, Any]:
         """The response's `text` field: the format as asked for, {"type": "text"} by default."""
@@ -109,15 +143,53 @@ class ResponsesRequest(StrictBody):
         return {"type": "json_schema", "json_schema": {"name": format_.name or "response", "schema": format_.schema_}}
 
     def _refuse_unsupported(self) -> None:
-        why = {"tools": "use /v1/chat/completions for tool calling",
-               "tool_choice": "use /v1/chat/completions for tool calling",
-               "previous_response_id": "responses are not stored: send the conversation as input",
+        why = {"previous_response_id": "responses are not stored: send the conversation as input",
                "conversation": "responses are not stored: send the conversation as input",
                "background": "responses run in the foreground only", "include": "nothing extra can be included",
                "prompt": "stored prompt templates are not supported", "top_logprobs": "logprobs are not supported here"}
         for name, reason in why.items():
             value = getattr(self, name)
-            if value not in (None, False, [], 0, "none", "auto"):
+            if value not in (None, False, [], 0):
                 raise InvalidInputError(f"{name} is not supported on /v1/responses: {reason}")
         if isinstance(self.reasoning, dict) and set(self.reasoning) - {"effort", "summary"}:
             raise InvalidInputError("reasoning takes effort (and summary) only")
+
+
+def chat_messages(items: list[InputItem]) -> list[dict[str, Any]]:
+    """Input items as chat messages: consecutive function calls one assistant message's tool_calls, each output a
+    tool message."""
+    messages: list[dict[str, Any]] = []
+    for item in items:
+        if isinstance(item, InputMessage):
+            messages.append(item.as_chat())
+        elif isinstance(item, FunctionCallOutput):
+            messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
+        else:
+            call = {"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": item.arguments}}
+            if not (messages and messages[-1].get("tool_calls")):
+                messages.append({"role": "assistant", "content": None, "tool_calls": []})
+            messages[-1]["tool_calls"].append(call)
+    return messages
+
+
+def chat_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Function tools in OpenAI's flat Responses form ({"type", "name", "parameters", ...}) as chat's."""
+    if tools is None:
+        return None
+    chat = []
+    for tool in tools:
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            kind = tool.get("type") if isinstance(tool, dict) else tool
+            raise InvalidInputError(f"tools: only function tools are supported, got {kind!r}")
+        chat.append({"type": "function", "function": {key: value for key, value in tool.items()
+                                                       if key in ("name", "description", "parameters")}})
+    return chat
+
+
+def chat_tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+    """tool_choice as chat's: the same strings; {"type": "function", "name"} nested as chat nests it."""
+    if not isinstance(choice, dict):
+        return choice
+    if choice.get("type") != "function" or not isinstance(choice.get("name"), str):
+        raise InvalidInputError('tool_choice must be "none", "auto", "required" or {"type": "function", "name": ...}')
+    return {"type": "function", "function": {"name": choice["name"]}}

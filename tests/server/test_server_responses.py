@@ -20,6 +20,13 @@ from pagedllm.entrypoints.server.responses import _Events, _View
 from server_harness import RunningServer, start_server
 
 GREEDY = {"temperature": 0, "max_output_tokens": 8}
+CITIES = ["Oslo", "Paris", "Rome"]
+WEATHER = {"type": "function", "name": "get_weather", "description": "the weather in a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": CITIES}},
+                          "required": ["city"], "additionalProperties": False}}
+CHAT_WEATHER = {"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "type"}}
+# the plain server only: this random model never ends a reasoning block, after which a call would come
+PLAIN = pytest.mark.parametrize("server", [None], ids=["plain"], indirect=True)
 MESSAGE_EVENTS = ["response.output_item.added", "response.content_part.added", "response.output_text.done",
                   "response.content_part.done", "response.output_item.done"]
 
@@ -122,7 +129,9 @@ def test_a_json_schema_format_is_the_chats_response_format(api: openai.OpenAI, s
 
 
 @pytest.mark.parametrize("extra,param", [
-    ({"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "tools"),
+    ({"tools": [{"type": "web_search"}]}, "tools"),
+    ({"tools": [WEATHER]}, "tool_choice"),  # "auto" needs --enable-auto-tool-choice, as in chat
+    ({"tools": [WEATHER], "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
     ({"previous_response_id": "resp_1"}, "previous_response_id"), ({"background": True}, "background"),
     ({"include": ["message.output_text.logprobs"]}, "include"), ({"top_logprobs": 2}, "top_logprobs"),
     ({"max_output_tokens": 0}, "max_output_tokens"), ({"input": []}, "input"),
@@ -132,6 +141,62 @@ def test_what_a_response_cannot_honour_is_a_400_naming_it(server: RunningServer,
     response = httpx.post(server.base_url + "/v1/responses", json={"input": "hi", **extra}, timeout=30)
     assert response.status_code in (400, 404), response.text
     assert response.json()["error"]["param"] == param
+
+
+def calls(response) -> list[tuple[str, dict]]:
+    return [(item.name, json.loads(item.arguments)) for item in response.output if item.type == "function_call"]
+
+
+@PLAIN
+@pytest.mark.parametrize("choice,chat_choice,seed,limit", [
+    ({"type": "function", "name": "get_weather"}, {"type": "function", "function": {"name": "get_weather"}}, 3, 120),
+    ("required", "required", 4, 190)], ids=["named", "required"])
+def test_a_forced_function_call_is_a_function_call_item(api: openai.OpenAI, server: RunningServer, choice,
+                                                        chat_choice, seed, limit) -> None:
+    """The chat's call for the same tools and choice, as a function_call item (no empty message beside it)."""
+    sampled = {"temperature": 1.0, "seed": seed}  # a random model writes the call to its end here
+    response = api.responses.create(model=server.model, input="weather in Oslo?", tools=[WEATHER],
+                                    tool_choice=choice, max_output_tokens=limit, extra_body=sampled)
+    chat = api.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "weather in Oslo?"}],
+                                       tools=[CHAT_WEATHER], tool_choice=chat_choice, max_tokens=limit, **sampled)
+    expected = [(c.function.name, json.loads(c.function.arguments)) for c in chat.choices[0].message.tool_calls]
+    assert calls(response) == expected and expected[0][1]["city"] in CITIES
+    assert [item.type for item in response.output] == ["function_call"] * len(expected)
+    assert response.status == "completed" and response.tools[0].name == "get_weather"
+
+
+@PLAIN
+def test_a_streamed_call_sends_its_arguments_and_the_item_it_completes(api: openai.OpenAI,
+                                                                      server: RunningServer) -> None:
+    body = dict(model=server.model, input="weather?", tools=[WEATHER], max_output_tokens=120,
+                tool_choice={"type": "function", "name": "get_weather"}, extra_body={"temperature": 1.0, "seed": 3})
+    events = list(api.responses.create(stream=True, **body))
+    names = [e.type for e in events]
+    assert names[2] == "response.output_item.added" and events[2].item.type == "function_call"
+    assert names[-3:] == ["response.function_call_arguments.done", "response.output_item.done", "response.completed"]
+    streamed = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+    final = events[-1].response
+    (item,) = final.output
+    assert item.arguments == streamed == events[-3].arguments and item.call_id == events[2].item.call_id
+    assert calls(final) == calls(api.responses.create(**body))
+
+
+def test_function_calls_and_their_outputs_read_as_the_chats_messages(api: openai.OpenAI,
+                                                                     server: RunningServer) -> None:
+    """An earlier answer's call and what it returned go back in as the assistant's tool_calls and a tool message."""
+    arguments = '{"city": "Oslo"}'
+    items = [{"role": "user", "content": "weather in Oslo?"},
+             {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": arguments},
+             {"type": "function_call_output", "call_id": "call_1", "output": "sunny, 18 C"}]
+    response = api.responses.create(model=server.model, input=items, tools=[WEATHER], tool_choice="none", **GREEDY)
+    chat = api.chat.completions.create(model=server.model, temperature=0, max_tokens=8, tools=[CHAT_WEATHER],
+                                       tool_choice="none", messages=[
+        {"role": "user", "content": "weather in Oslo?"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+            "name": "get_weather", "arguments": arguments}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 18 C"}])
+    assert response.usage.input_tokens == chat.usage.prompt_tokens
+    assert texts(response)[0] == (chat.choices[0].message.content or "")
 
 
 def test_an_abandoned_stream_leaves_nothing_behind(server: RunningServer) -> None:

@@ -1,15 +1,17 @@
 """POST /v1/responses: OpenAI's Responses API over the chat path, whole or as its stream of typed events.
 
-The answer is one message item (`output_text`), after a reasoning item where a reasoning parser finds one. A
-stream sends vLLM's sequence of events: response.created and .in_progress; per item output_item.added,
-content_part.added, the text's deltas, its .done events, output_item.done; then response.completed with the
-whole response (its status "incomplete" where max_output_tokens cut the answer, as vLLM sends it).
+The answer's items, in order: a reasoning item where a reasoning parser finds reasoning, a message item
+(`output_text`) where there is text or no call, and a function_call item per tool call. A stream sends vLLM's
+sequence of events: response.created and .in_progress; per item output_item.added, for text content_part.added,
+the deltas (a call's arguments as function_call_arguments deltas) and the .done events, output_item.done; then
+response.completed with the items as streamed (its status "incomplete" where max_output_tokens cut the answer, as
+vLLM sends it).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -20,6 +22,7 @@ from pagedllm.engine.outputs import RequestOutput
 from pagedllm.entrypoints.responses_protocol import ResponsesRequest
 from pagedllm.entrypoints.server import sse
 from pagedllm.entrypoints.server.chat import chat_prompt
+from pagedllm.entrypoints.server.chat_parsers import ChatParsers
 from pagedllm.entrypoints.server.chat_text import ChatText, ChoiceStream
 from pagedllm.entrypoints.server.deltas import DeltaTracker
 from pagedllm.entrypoints.server.errors import from_abort
@@ -39,10 +42,12 @@ async def create_response(request: Request) -> Any:
     body = await parse_body(request, ResponsesRequest)
     check_model(engine, body.model)
     chat = body.to_chat()
-    params = _sampling_params(chat.to_sampling_params, engine.sampling_defaults)
+    parsers: ChatParsers = request.app.state.chat_parsers
+    tools = chat.tool_choice_for(parsers.tool_call_parser, parsers.auto_tool_choice)
+    params = _sampling_params(lambda defaults: chat.to_sampling_params(defaults, tools), engine.sampling_defaults)
     prompt, params, opened = await chat_prompt(request, chat, params)
-    chat_text = ChatText(None, opened, body.include_reasoning, "", request.app.state.think_ids)
-    submission = await submit(engine, "resp", [prompt], params, None)
+    chat_text = ChatText(tools, opened, body.include_reasoning, "", request.app.state.think_ids)
+    submission = await submit(engine, "resp", [prompt], params, chat.cache_salt)
     view = _View(body, submission, params, chat_text)
     if body.stream:
         return StreamingResponse(view.stream(), media_type="text/event-stream", headers=sse.HEADERS)
@@ -50,7 +55,7 @@ async def create_response(request: Request) -> Any:
     return view.response(finals[0])
 
 
-def _sampling_params(make: Any, defaults: dict[str, Any]) -> SamplingParams:
+def _sampling_params(make: Callable[[dict[str, Any]], SamplingParams], defaults: dict[str, Any]) -> SamplingParams:
     """The chat's sampling params, an error naming the field as this API names it."""
     try:
         return make(defaults)
@@ -80,10 +85,19 @@ class _View:
     def response(self, final: RequestOutput) -> dict[str, Any]:
         """The Response object of a finished answer."""
         (completion,) = final.outputs
-        reasoning, content = self.chat_text.split(completion.text)
-        output = [self.reasoning_item(reasoning)] if reasoning and self.chat_text.include_reasoning else []
-        output.append(self.message_item(content or ""))
-        return self._envelope(STATUS.get(completion.finish_reason or "", "completed"), output, self._usage(final))
+        message = self.chat_text.message(completion.text, completion.finish_reason)["message"]
+        calls = message.get("tool_calls", [])
+        output = [self.reasoning_item(message["reasoning"])] if message.get("reasoning") else []
+        if message["content"] or not calls:
+            output.append(self.message_item(message["content"] or ""))
+        output += [function_call_item(_item_id("fc"), call["id"], call["function"]["name"],
+                                      call["function"]["arguments"]) for call in calls]
+        return self.finished(final, output)
+
+    def finished(self, final: RequestOutput, output: list[dict[str, Any]]) -> dict[str, Any]:
+        """The Response object of an answer that ended with `final`, made of these items."""
+        status = STATUS.get(final.outputs[0].finish_reason or "", "completed")
+        return self._envelope(status, output, self._usage(final))
 
     def _envelope(self, status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None) -> dict[str, Any]:
         body = self.body
@@ -92,10 +106,10 @@ class _View:
                 "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
                 "instructions": body.instructions, "max_output_tokens": body.max_output_tokens,
                 "metadata": body.metadata, "model": self.submission.engine.model_name, "output": output,
-                "parallel_tool_calls": True, "previous_response_id": None, "reasoning": body.reasoning,
-                "store": False, "temperature": self.params.temperature, "text": body.text_config(),
-                "tool_choice": "none", "tools": [], "top_p": self.params.top_p, "truncation": "disabled",
-                "usage": usage, "user": body.user}
+                "parallel_tool_calls": body.parallel_tool_calls is not False, "previous_response_id": None,
+                "reasoning": body.reasoning, "store": False, "temperature": self.params.temperature,
+                "text": body.text_config(), "tool_choice": body.tool_choice_shown, "tools": body.tools or [],
+                "top_p": self.params.top_p, "truncation": "disabled", "usage": usage, "user": body.user}
 
     def _usage(self, final: RequestOutput) -> dict[str, Any]:
         output_ids = final.outputs[0].token_ids
@@ -131,7 +145,7 @@ class _View:
             for event in events.finish():
                 yield event
             if last is not None:
-                yield events.event("response.completed", response=self.response(last))
+                yield events.event("response.completed", response=self.finished(last, events.items))
         except RequestAborted as exc:  # OpenAI's error event
             yield events.event("error", code="request_aborted", message=from_abort(exc).message, param=None)
         finally:
@@ -139,15 +153,15 @@ class _View:
 
 
 class _Events:
-    """A response's stream events in order, each numbered; at most one item open at a time."""
+    """A response's stream events in order, each numbered; at most one item open at a time, the finished ones kept
+    (`items`) for response.completed."""
 
     def __init__(self, view: _View) -> None:
         self.view = view
         self.number = 0
-        self.kind: str | None = None  # the open item: "reasoning" or "message"
-        self.text = ""  # the open item's text so far
-        self.index = -1  # the open item's output_index
-        self.sent_message = False
+        self.items: list[dict[str, Any]] = []
+        self.open: dict[str, Any] | None = None  # the item being streamed
+        self.text = ""  # its text (a call's arguments) so far
 
     def event(self, name: str, **fields: Any) -> str:
         payload = {"type": name, "sequence_number": self.number, **fields}
@@ -155,44 +169,70 @@ class _Events:
         return f"event: {name}\n{sse.event(payload)}"
 
     def part(self, part: dict[str, Any]) -> list[str]:
-        """The events of one delta of the answer: {"reasoning": text} or {"content": text}."""
-        kind = "reasoning" if "reasoning" in part else "message"
-        events = [] if self.kind == kind else self.close() + self._open(kind)
-        self.text += part.get("reasoning") or part.get("content") or ""
+        """The events of one delta of the answer: {"reasoning": text}, {"content": text} or {"tool_calls": [...]}."""
+        if "tool_calls" in part:
+            return [event for call in part["tool_calls"] for event in self._call(call)]
+        kind, text = ("reasoning", part["reasoning"]) if "reasoning" in part else ("message", part["content"])
+        events = [] if self.open is not None and self.open["type"] == kind else self.close() + self._open_text(kind)
         name = "response.reasoning_text.delta" if kind == "reasoning" else "response.output_text.delta"
-        return events + [self.event(name, **self._at(), delta=part.get("reasoning") or part.get("content"))]
+        self.text += text
+        return events + [self.event(name, **self._at(), content_index=0, delta=text)]
 
     def finish(self) -> list[str]:
-        """The events that end the answer: the open item's, and an empty message item's where none was sent (the
-        whole response always has one)."""
+        """The events that end the answer: the open item's, and an empty message item's where neither text nor a
+        call was sent (the whole response has one then)."""
         events = self.close()
-        return events if self.sent_message else events + self._open("message") + self.close()
+        if any(item["type"] in ("message", "function_call") for item in self.items):
+            return events
+        return events + self._open_text("message") + self.close()
 
     def close(self) -> list[str]:
         """The events that finish the open item, if any."""
-        if self.kind is None:
+        item, text = self.open, self.text
+        if item is None:
             return []
-        kind, text = self.kind, self.text
-        done = "response.reasoning_text.done" if kind == "reasoning" else "response.output_text.done"
-        item = self.view.reasoning_item(text) if kind == "reasoning" else self.view.message_item(text)
-        events = [self.event(done, **self._at(), text=text),
-                  self.event("response.content_part.done", **self._at(), part=item["content"][0]),
-                  self.event("response.output_item.done", output_index=self.index, item=item)]
-        self.kind, self.text = None, ""
-        return events
+        self.open, self.text = None, ""
+        if item["type"] == "function_call":
+            done = {**item, "arguments": text, "status": "completed"}
+            events = [self.event("response.function_call_arguments.done", **self._at(item), arguments=text)]
+        else:
+            done = (self.view.reasoning_item if item["type"] == "reasoning" else self.view.message_item)(text)
+            name = "response.reasoning_text.done" if item["type"] == "reasoning" else "response.output_text.done"
+            events = [self.event(name, **self._at(item), content_index=0, text=text),
+                      self.event("response.content_part.done", **self._at(item), content_index=0,
+                                 part=done["content"][0])]
+        self.items.append(done)
+        return events + [self.event("response.output_item.done", output_index=len(self.items) - 1, item=done)]
 
-    def _open(self, kind: str) -> list[str]:
-        self.kind, self.index = kind, self.index + 1
-        self.sent_message = self.sent_message or kind == "message"
-        empty = self.view.reasoning_item(None, "in_progress") if kind == "reasoning" else \
+    def _open_text(self, kind: str) -> list[str]:
+        self.open = self.view.reasoning_item(None, "in_progress") if kind == "reasoning" else \
             self.view.message_item(None, "in_progress")
         part = _part("reasoning_text" if kind == "reasoning" else "output_text", "")
-        return [self.event("response.output_item.added", output_index=self.index, item=empty),
-                self.event("response.content_part.added", **self._at(), part=part)]
+        return [self.event("response.output_item.added", output_index=len(self.items), item=self.open),
+                self.event("response.content_part.added", **self._at(), content_index=0, part=part)]
 
-    def _at(self) -> dict[str, Any]:
-        item_id = self.view.reasoning_id if self.kind == "reasoning" else self.view.message_id
-        return {"item_id": item_id, "output_index": self.index, "content_index": 0}
+    def _call(self, delta: dict[str, Any]) -> list[str]:
+        """A tool_calls entry: a new call (it has its id) opens a function_call item; arguments go out as deltas."""
+        events = []
+        if "id" in delta:
+            events = self.close()
+            self.open = function_call_item(_item_id("fc"), delta["id"], delta["function"]["name"], "", "in_progress")
+            events.append(self.event("response.output_item.added", output_index=len(self.items), item=self.open))
+        arguments = delta["function"].get("arguments") or ""
+        if arguments:
+            self.text += arguments
+            events.append(self.event("response.function_call_arguments.delta", **self._at(), delta=arguments))
+        return events
+
+    def _at(self, item: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Where the events of the open item (or of `item`, as it closes) point."""
+        return {"item_id": (item or self.open)["id"], "output_index": len(self.items)}
+
+
+def function_call_item(item_id: str, call_id: str, name: str, arguments: str,
+                       status: str = "completed") -> dict[str, Any]:
+    return {"id": item_id, "type": "function_call", "call_id": call_id, "name": name, "arguments": arguments,
+            "status": status}
 
 
 def _part(kind: str, text: str) -> dict[str, Any]:
