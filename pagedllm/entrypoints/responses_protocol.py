@@ -18,8 +18,8 @@ from pagedllm.errors import InvalidInputError
 
 # the fields a response passes to its chat completion under the same names
 CHAT_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
-               "seed", "user", "skip_special_tokens", "include_reasoning", "stream", "parallel_tool_calls", "cache_salt",
-               "structured_outputs")
+               "seed", "user", "skip_special_tokens", "include_reasoning", "stream", "parallel_tool_calls",
+               "cache_salt", "structured_outputs")
 
 
 class InputText(StrictBody):
@@ -165,7 +165,8 @@ def chat_messages(items: list[InputItem]) -> list[dict[str, Any]]:
         elif isinstance(item, FunctionCallOutput):
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
         else:
-            call = {"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": item.arguments}}
+            function = {"name": item.name, "arguments": item.arguments}
+            call = {"id": item.call_id, "type": "function", "function": function}
             if not (messages and messages[-1].get("tool_calls")):
                 messages.append({"role": "assistant", "content": None, "tool_calls": []})
             messages[-1]["tool_calls"].append(call)
