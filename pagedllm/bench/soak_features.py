@@ -31,11 +31,11 @@ def _chat(rng: random.Random, i: int) -> tuple[str, dict[str, Any]]:
                             "seed": i, "stream": rng.random() < 0.5}
     if rng.random() < 0.1:
         return "/v1/chat/completions", {**body, "use_beam_search": True, "n": 2}
+    named = {"type": "function", "function": {"name": "get_weather"}}
     body.update(rng.choice([{}, {"response_format": {"type": "json_schema", "json_schema": {"name": "p",
                                                                                              "schema": SCHEMA}}},
                             {"structured_outputs": {"choice": ["yes", "no"]}},
-                            {"tools": [TOOL], "tool_choice": "required"},
-                            {"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}]))
+                            {"tools": [TOOL], "tool_choice": "required"}, {"tools": [TOOL], "tool_choice": named}]))
     _sampling(rng, body)
     if rng.random() < 0.3:
         body.update(logprobs=True, top_logprobs=rng.randint(0, 3))
