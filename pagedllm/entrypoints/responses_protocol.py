@@ -74,6 +74,13 @@ class TextConfig(StrictBody):
     format: TextFormat | None = None
 
 
+class ResponseChat(ChatCompletionRequest):
+    """The chat completion a response runs as: its token limit is named as the response names it."""
+
+    def asked_max_tokens(self) -> tuple[int | None, str]:
+        return self.max_completion_tokens, "max_output_tokens"
+
+
 class ResponsesRequest(StrictBody):
     model: str | None = None
     input: str | Annotated[list[InputItem], Field(min_length=1)]
@@ -109,7 +116,7 @@ class ResponsesRequest(StrictBody):
     prompt: Any = None
     top_logprobs: int | None = None
 
-    def to_chat(self) -> ChatCompletionRequest:
+    def to_chat(self) -> ResponseChat:
         """The same request as a chat completion (the chat path then checks its values)."""
         self._refuse_unsupported()
         messages = [{"role": "system", "content": self.instructions}] if self.instructions is not None else []
@@ -117,7 +124,7 @@ class ResponsesRequest(StrictBody):
             self.input)
         fields = {name: getattr(self, name) for name in CHAT_FIELDS if getattr(self, name) is not None}
         effort = (self.reasoning or {}).get("effort")
-        return ChatCompletionRequest(messages=messages, max_completion_tokens=self.max_output_tokens,
+        return ResponseChat(messages=messages, max_completion_tokens=self.max_output_tokens,
                                      response_format=self._response_format(), reasoning_effort=effort,
                                      tools=chat_tools(self.tools), tool_choice=chat_tool_choice(self.tool_choice),
                                      **fields)

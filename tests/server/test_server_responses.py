@@ -134,7 +134,8 @@ def test_a_json_schema_format_is_the_chats_response_format(api: openai.OpenAI, s
     ({"tools": [WEATHER], "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
     ({"previous_response_id": "resp_1"}, "previous_response_id"), ({"background": True}, "background"),
     ({"include": ["message.output_text.logprobs"]}, "include"), ({"top_logprobs": 2}, "top_logprobs"),
-    ({"max_output_tokens": 0}, "max_output_tokens"), ({"input": []}, "input"),
+    ({"max_output_tokens": 0}, "max_output_tokens"), ({"max_output_tokens": 1000}, "max_output_tokens"),
+    ({"input": []}, "input"),
     ({"input": [{"role": "robot", "content": "x"}]}, "input"), ({"temperature": "hot"}, "temperature"),
     ({"model": "nope"}, "model")])
 def test_what_a_response_cannot_honour_is_a_400_naming_it(server: RunningServer, extra: dict, param: str) -> None:

@@ -11,7 +11,7 @@ vLLM sends it).
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -28,7 +28,6 @@ from pagedllm.entrypoints.server.deltas import DeltaTracker
 from pagedllm.entrypoints.server.errors import from_abort
 from pagedllm.entrypoints.server.request_body import parse_body
 from pagedllm.entrypoints.server.submission import Submission, check_capacity, check_model, submit, until_disconnected
-from pagedllm.errors import InvalidInputError
 from pagedllm.sampling_params import SamplingParams
 
 router = APIRouter()
@@ -44,7 +43,7 @@ async def create_response(request: Request) -> Any:
     chat = body.to_chat()
     parsers: ChatParsers = request.app.state.chat_parsers
     tools = chat.tool_choice_for(parsers.tool_call_parser, parsers.auto_tool_choice)
-    params = _sampling_params(lambda defaults: chat.to_sampling_params(defaults, tools), engine.sampling_defaults)
+    params = chat.to_sampling_params(engine.sampling_defaults, tools)
     prompt, params, opened = await chat_prompt(request, chat, params)
     chat_text = ChatText(tools, opened, body.include_reasoning, "", request.app.state.think_ids)
     submission = await submit(engine, "resp", [prompt], params, chat.cache_salt)
@@ -53,16 +52,6 @@ async def create_response(request: Request) -> Any:
         return StreamingResponse(view.stream(), media_type="text/event-stream", headers=sse.HEADERS)
     finals = await until_disconnected(request, submission.collect(), submission)
     return view.response(finals[0])
-
-
-def _sampling_params(make: Callable[[dict[str, Any]], SamplingParams], defaults: dict[str, Any]) -> SamplingParams:
-    """The chat's sampling params, an error naming the field as this API names it."""
-    try:
-        return make(defaults)
-    except InvalidInputError as exc:
-        field, _, rest = str(exc).partition(" ")
-        named = "max_output_tokens" if field == "max_completion_tokens" else field
-        raise InvalidInputError(f"{named} {rest}") from None
 
 
 def _item_id(prefix: str) -> str:
