@@ -34,7 +34,6 @@ class StrictBody(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
 
 
-
 class StreamOptions(StrictBody):
     include_usage: bool = False
     continuous_usage_stats: bool = False  # vLLM's: with include_usage, every chunk carries its usage so far
@@ -122,16 +121,16 @@ class _SamplingFields(StrictBody):
         optional = ("temperature", "top_p", "top_k", "min_p", "presence_penalty",
                     "frequency_penalty", "repetition_penalty")
         if self.use_beam_search:  # the search scores the model's own log-probabilities: no sampling defaults
-            return {**kwargs, **{k: getattr(self, k) for k in optional[1:] if getattr(self, k) is not None},
-                    "use_beam_search": True, "length_penalty": self.length_penalty,
+            given = {k: getattr(self, k) for k in optional if getattr(self, k) is not None}
+            return {**kwargs, **given, "use_beam_search": True, "length_penalty": self.length_penalty,
                     "temperature": self._beam_temperature()}
         kwargs.update({k: defaults[k] for k in optional if k in defaults})
         kwargs.update({k: getattr(self, k) for k in optional if getattr(self, k) is not None})
         return kwargs
 
     def _beam_temperature(self) -> float:
-        """Beams are scored by the model's own log-probabilities, which vLLM's beam search takes at its default
-        temperature 1 (or 0): any other temperature would change nothing, so it is refused."""
+        """The engine's search scores the model's own log-probabilities: left out, 0 or 1 (vLLM's default for beam
+        search) ask for that; any other temperature asks for something it does not do, so it is refused."""
         if self.temperature not in (None, 0.0, 1.0):
             raise InvalidInputError("temperature must be left out, 0 or 1 with use_beam_search: beams are scored by "
                                     "the model's own log-probabilities")
