@@ -125,9 +125,8 @@ class ResponsesRequest(StrictBody):
         fields = {name: getattr(self, name) for name in CHAT_FIELDS if getattr(self, name) is not None}
         effort = (self.reasoning or {}).get("effort")
         return ResponseChat(messages=messages, max_completion_tokens=self.max_output_tokens,
-                                     response_format=self._response_format(), reasoning_effort=effort,
-                                     tools=chat_tools(self.tools), tool_choice=chat_tool_choice(self.tool_choice),
-                                     **fields)
+                            response_format=self._response_format(), reasoning_effort=effort,
+                            tools=chat_tools(self.tools), tool_choice=chat_tool_choice(self.tool_choice), **fields)
 
     @property
     def tool_choice_shown(self) -> str | dict[str, Any]:

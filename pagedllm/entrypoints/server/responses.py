@@ -32,6 +32,7 @@ from pagedllm.sampling_params import SamplingParams
 
 router = APIRouter()
 STATUS = {"stop": "completed", "length": "incomplete", "abort": "cancelled"}  # by the answer's finish reason
+PART = {"reasoning": "reasoning_text", "message": "output_text"}  # a text item's one part, and its events' names
 
 
 @router.post("/v1/responses")
@@ -147,6 +148,7 @@ class _Events:
 
     def __init__(self, view: _View) -> None:
         self.view = view
+        self.text_item = {"reasoning": view.reasoning_item, "message": view.message_item}
         self.number = 0
         self.items: list[dict[str, Any]] = []
         self.open: dict[str, Any] | None = None  # the item being streamed
@@ -163,9 +165,8 @@ class _Events:
             return [event for call in part["tool_calls"] for event in self._call(call)]
         kind, text = ("reasoning", part["reasoning"]) if "reasoning" in part else ("message", part["content"])
         events = [] if self.open is not None and self.open["type"] == kind else self.close() + self._open_text(kind)
-        name = "response.reasoning_text.delta" if kind == "reasoning" else "response.output_text.delta"
         self.text += text
-        return events + [self.event(name, **self._at(), content_index=0, delta=text)]
+        return events + [self.event(f"response.{PART[kind]}.delta", **self._at(), content_index=0, delta=text)]
 
     def finish(self) -> list[str]:
         """The events that end the answer: the open item's, and an empty message item's where neither text nor a
@@ -185,20 +186,17 @@ class _Events:
             done = {**item, "arguments": text, "status": "completed"}
             events = [self.event("response.function_call_arguments.done", **self._at(item), arguments=text)]
         else:
-            done = (self.view.reasoning_item if item["type"] == "reasoning" else self.view.message_item)(text)
-            name = "response.reasoning_text.done" if item["type"] == "reasoning" else "response.output_text.done"
-            events = [self.event(name, **self._at(item), content_index=0, text=text),
+            done = self.text_item[item["type"]](text)
+            events = [self.event(f"response.{PART[item['type']]}.done", **self._at(item), content_index=0, text=text),
                       self.event("response.content_part.done", **self._at(item), content_index=0,
                                  part=done["content"][0])]
         self.items.append(done)
         return events + [self.event("response.output_item.done", output_index=len(self.items) - 1, item=done)]
 
     def _open_text(self, kind: str) -> list[str]:
-        self.open = self.view.reasoning_item(None, "in_progress") if kind == "reasoning" else \
-            self.view.message_item(None, "in_progress")
-        part = _part("reasoning_text" if kind == "reasoning" else "output_text", "")
+        self.open = self.text_item[kind](None, "in_progress")
         return [self.event("response.output_item.added", output_index=len(self.items), item=self.open),
-                self.event("response.content_part.added", **self._at(), content_index=0, part=part)]
+                self.event("response.content_part.added", **self._at(), content_index=0, part=_part(PART[kind], ""))]
 
     def _call(self, delta: dict[str, Any]) -> list[str]:
         """A tool_calls entry: a new call (it has its id) opens a function_call item; arguments go out as deltas."""
