@@ -26,6 +26,7 @@ def parse_memory_size(text: str | int) -> int:
 DTYPES = ("auto", "float32", "bfloat16")
 ALLOCATORS = ("paged", "contiguous")
 PREEMPTION_MODES = ("recompute", "swap")
+SCHEDULING_POLICIES = ("fcfs", "priority")
 
 
 def option(default, help: str, choices: tuple[str, ...] | None = None):
@@ -52,6 +53,10 @@ class EngineConfig:
     max_num_batched_tokens: int = option(2048, "token budget of one step (prefill chunks + decodes)")
     max_model_len: int | None = option(None, "longest prompt + output (default: the model's, at most 8192)")
     enable_prefix_caching: bool = option(True, "reuse cached KV blocks of identical prompt prefixes")
+    scheduling_policy: str = option(
+        "fcfs", "fcfs: requests in arrival order; priority: by each request's priority (lower first), then arrival",
+        SCHEDULING_POLICIES,
+    )
     preemption_mode: str = option(
         "recompute", "what a preempted sequence's K/V become: recomputed later, or swapped out", PREEMPTION_MODES
     )
@@ -104,6 +109,7 @@ class EngineConfig:
         self.swap_space_bytes  # a bad value is refused here, not at the first preemption
         _require_choice("allocator", self.allocator, ALLOCATORS)
         _require_choice("preemption_mode", self.preemption_mode, PREEMPTION_MODES)
+        _require_choice("scheduling_policy", self.scheduling_policy, SCHEDULING_POLICIES)
         _require_device_name(self.device)
         _require_fraction("gpu_memory_utilization", self.gpu_memory_utilization)
         if not is_int(self.seed) or not -(2**63) <= self.seed < 2**64:

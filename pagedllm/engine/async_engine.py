@@ -41,7 +41,7 @@ class EngineProtocol(Protocol):
     sampling_defaults: dict[str, Any]  # a request's sampling fields where it leaves them out
 
     def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
-                    arrival_time: float | None = None, cache_salt: str | None = None) -> None: ...
+                    arrival_time: float | None = None, cache_salt: str | None = None, priority: int = 0) -> None: ...
     def abort_request(self, request_id: str) -> None: ...
     def compile_constraint(self, params: SamplingParams) -> object | None: ...  # thread-safe
     def step(self) -> list[RequestOutput]: ...
@@ -181,12 +181,12 @@ class AsyncEngine:
         return await future
 
     async def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
-                          stream: OutputStream, cache_salt: str | None = None) -> None:
+                          stream: OutputStream, cache_salt: str | None = None, priority: int = 0) -> None:
         """Queue a request; raises the engine's InvalidInputError if it is rejected."""
-        await self.add_requests([(request_id, prompt)], params, stream, cache_salt)
+        await self.add_requests([(request_id, prompt)], params, stream, cache_salt, priority)
 
     async def add_requests(self, requests: list[tuple[str, str | list[int]]], params: SamplingParams,
-                           stream: OutputStream, cache_salt: str | None = None) -> None:
+                           stream: OutputStream, cache_salt: str | None = None, priority: int = 0) -> None:
         """Queue (request id, prompt) pairs in one command, so that they join the same step: all of them, or
         none where the engine rejects one (its InvalidInputError is raised)."""
         if self._refusal is not None:
@@ -206,7 +206,8 @@ class AsyncEngine:
             added: list[str] = []
             try:
                 for request_id, prompt in requests:
-                    engine.add_request(request_id, prompt, params, arrival_time=arrival, cache_salt=cache_salt)
+                    engine.add_request(request_id, prompt, params, arrival_time=arrival, cache_salt=cache_salt,
+                                       priority=priority)
                     added.append(request_id)
             except BaseException:
                 for request_id in added:

@@ -123,22 +123,33 @@ class LLMEngine:
         arrival_time: float | None = None,
         cache_salt: str | None = None,
         prompt_text: str | None = None,
+        priority: int = 0,
     ) -> str:
         """Queue a request; raises InvalidInputError at once if it can never be served. `prompt_text`: the text
-        of a prompt given as token ids, for its outputs to show (a rendered chat template)."""
+        of a prompt given as token ids, for its outputs to show (a rendered chat template). `priority`: with
+        scheduling_policy="priority", lower is scheduled first (any integer; 0 by default); under "fcfs" only 0."""
         params = params or self.default_sampling_params()
         request_id = str(next(self._ids)) if request_id is None else request_id
         if request_id in self.requests:
             raise InvalidInputError(f"request id {request_id!r} is already in use")
+        self._check_priority(priority)
         text, token_ids = self._tokenize(prompt)
         kept = params.truncated_prompt(token_ids, self.max_model_len)
         text = (text or prompt_text) if len(kept) == len(token_ids) else None  # a cut prompt's text is not its ids'
         request = self._new_request(request_id, text, kept, params, cache_salt)
+        request.priority = priority
         if arrival_time is not None:
             request.metrics.arrival_time = arrival_time
         self.scheduler.add(request, self.output_stage.start(request))
         self.requests[request_id] = request
         return request_id
+
+    def _check_priority(self, priority: int) -> None:
+        if not is_int(priority):
+            raise InvalidInputError(f"priority must be an integer, got {priority!r:.80}")
+        if priority != 0 and self.config.scheduling_policy != "priority":
+            raise InvalidInputError(f"priority {priority} needs scheduling_policy 'priority' (--scheduling-policy "
+                                    "priority); this engine schedules first come, first served")
 
     def compile_constraint(self, params: SamplingParams) -> object | None:
         """params.structured_outputs compiled (None without one), from any thread: xgrammar keeps what it compiled,

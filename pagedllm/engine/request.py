@@ -58,6 +58,7 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     metrics: RequestMetrics = field(default_factory=lambda: RequestMetrics(arrival_time=time.time()))
     arrival_index: int = 0  # order of arrival; breaks ties between equal arrival times
+    priority: int = 0  # scheduling_policy="priority": lower goes first (then arrival)
     beam: object | None = None  # BeamSearch state when params.use_beam_search
     final_outputs: list[CompletionOutput] | None = None  # set when beam search ends
     prompt_logprobs: list[TokenLogprob | None] | None = None  # when asked: [None] first, then one per token

@@ -4,10 +4,14 @@ Each step re-forms the batch under one token budget. Running requests go first (
 sequence asking for its pending tokens (one for a decode, a chunk for a prefill); then waiting
 requests join in arrival order while their tokens fit. When the pool runs out, the latest-arrived
 running request is preempted: its blocks are freed (or swapped out) and it waits at the front of the
-queue with its output so far. After the model ran, `update` applies what the output stage found.
+queue with its output so far. Under scheduling_policy="priority" each of those orders is by the
+requests' priority first (lower first), then arrival, as in vLLM: both queues are kept in that order, the
+lowest-ranked running request is the victim, and a preempted request waits in its place by rank. After
+the model ran, `update` applies what the output stage found.
 It is the only writer of a sequence's `num_computed`, tokens and blocks.
 """
 
+import bisect
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -72,7 +76,7 @@ class Scheduler:
         request.arrival_index = self._arrivals
         self._arrivals += 1
         request.seqs.append(self.seqs.new(request, list(request.prompt_token_ids), 0, completion))
-        self.waiting.append(request)
+        self._enqueue(self.waiting, request)
 
     def abort(self, request: Request) -> None:
         for seq in request.live_seqs:
@@ -146,7 +150,7 @@ class Scheduler:
                 if allocation is not None:
                     out.cow.extend((request, src, dst) for src, dst in allocation.copies)
                     break
-                victim = max(self.running, key=lambda r: (r.metrics.arrival_time, r.arrival_index))
+                victim = max(self.running, key=self._rank)
                 self._preempt(victim, out)
                 if victim is request:
                     return False
@@ -170,7 +174,7 @@ class Scheduler:
         request.status = RequestStatus.WAITING
         request.metrics.num_preemptions += 1
         self.num_preemptions += 1
-        self.waiting.appendleft(request)
+        self._enqueue(self.waiting, request, front=True)
         out.preempted.append(request)
 
     def _evict(self, seq: Sequence, uncopied: dict[int, int], swap: bool) -> None:
@@ -186,6 +190,24 @@ class Scheduler:
     def _swap_has_room(self, num_tokens: int) -> bool:
         return self.swap_tokens is None or self.swap.tokens_held + num_tokens <= self.swap_tokens
 
+    # -- order -----------------------------------------------------------------------------------------
+
+    def _rank(self, request: Request) -> tuple[float, ...]:
+        """A request's place in both queues (smaller goes first): its arrival, or under the priority policy its
+        priority, then its arrival."""
+        arrival = (request.metrics.arrival_time, request.arrival_index)
+        return (request.priority, *arrival) if self.config.scheduling_policy == "priority" else arrival
+
+    def _enqueue(self, queue: deque[Request] | list[Request], request: Request, front: bool = False) -> None:
+        """First come, first served: at the back, or at the front (a preempted request); under the priority policy
+        in its place by rank."""
+        if self.config.scheduling_policy == "priority":
+            bisect.insort(queue, request, key=self._rank)
+        elif front:
+            queue.insert(0, request)
+        else:
+            queue.append(request)
+
     # -- waiting -------------------------------------------------------------------------------------
 
     def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
@@ -197,9 +219,9 @@ class Scheduler:
                 break
             taken = self._admit(request, budget, out)
             if taken is None:
-                break  # first come, first served: nothing overtakes the head of the queue
+                break  # nothing overtakes the head of the queue (the first come, or the first in priority)
             self.waiting.popleft()
-            self.running.append(request)
+            self._enqueue(self.running, request)
             request.status = RequestStatus.RUNNING
             if request.metrics.first_scheduled_time is None:
                 request.metrics.first_scheduled_time = time.time()

@@ -66,9 +66,11 @@ class LLM:
         prompts: Prompt | Seq[Prompt],
         sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
         use_tqdm: Progress = True,
+        priority: int | Seq[int] | None = None,
     ) -> list[RequestOutput]:
-        """One RequestOutput per prompt, in prompt order, each with its n completions."""
-        return self._generate(_as_prompt_list(prompts), sampling_params, use_tqdm)
+        """One RequestOutput per prompt, in prompt order, each with its n completions. `priority`: one for every
+        prompt or one each, with scheduling_policy="priority" (lower first), as in vLLM."""
+        return self._generate(_as_prompt_list(prompts), sampling_params, use_tqdm, priority)
 
     def chat(
         self,
@@ -80,11 +82,12 @@ class LLM:
         chat_template_kwargs: dict[str, Any] | None = None,
         chat_template: str | None = None,
         tools: list[dict[str, Any]] | None = None,
+        priority: int | Seq[int] | None = None,
     ) -> list[RequestOutput]:
         """Apply the model's chat template (or `chat_template`, a Jinja template's text) to each conversation
         (messages as the server takes them: pagedllm.model.chat_template), with `tools` (OpenAI's function tools)
         for templates that take them, then generate. As in vLLM, the tool calls stay in the text: the server's
-        tool_choice parses them."""
+        tool_choice parses them. `priority` as in generate."""
         for name, value in (("add_generation_prompt", add_generation_prompt),
                             ("continue_final_message", continue_final_message)):
             if not isinstance(value, bool):
@@ -99,7 +102,7 @@ class LLM:
         options = dict(add_generation_prompt=add_generation_prompt, continue_final_message=continue_final_message,
                        template_kwargs=chat_template_kwargs, chat_template=chat_template, tools=tools)
         rendered = [self.engine.apply_chat_template(c, **options) for c in conversations]
-        return self._generate([_Prompt(ids, text) for text, ids in rendered], sampling_params, use_tqdm)
+        return self._generate([_Prompt(ids, text) for text, ids in rendered], sampling_params, use_tqdm, priority)
 
     def stats(self) -> EngineStats:
         return self.engine.stats()
@@ -110,17 +113,17 @@ class LLM:
         return self.engine.reset_prefix_cache()
 
     def _generate(self, prompts: list[_Prompt], sampling_params: SamplingParams | Seq[SamplingParams] | None,
-                  use_tqdm: Progress) -> list[RequestOutput]:
+                  use_tqdm: Progress, priority: int | Seq[int] | None) -> list[RequestOutput]:
         params = _params_per_prompt(sampling_params, len(prompts), self.engine.default_sampling_params())
-        ids = self._add_all(prompts, params)
+        ids = self._add_all(prompts, params, _priorities(priority, len(prompts)))
         return self._run(ids, use_tqdm)
 
-    def _add_all(self, prompts: list[_Prompt], params: list[SamplingParams]) -> list[str]:
+    def _add_all(self, prompts: list[_Prompt], params: list[SamplingParams], priorities: list[int]) -> list[str]:
         ids: list[str] = []
         try:
-            for prompt, p in zip(prompts, params):
+            for prompt, p, priority in zip(prompts, params, priorities):
                 ids.append(self.engine.add_request(None, prompt.prompt, p, cache_salt=prompt.cache_salt,
-                                                   prompt_text=prompt.text))
+                                                   prompt_text=prompt.text, priority=priority))
         except Exception:
             for request_id in ids:  # all or nothing: never leave half a batch queued
                 self.engine.abort_request(request_id)
@@ -207,3 +210,12 @@ def _params_per_prompt(params: SamplingParams | Seq[SamplingParams] | None, coun
     if len(params) != count:
         raise InvalidInputError(f"got {len(params)} SamplingParams for {count} prompts")
     return list(params)
+
+
+def _priorities(priority: int | Seq[int] | None, count: int) -> list[int]:
+    """One priority per prompt (the engine checks each value); 0 where none is given."""
+    if priority is None or is_int(priority):
+        return [priority or 0] * count
+    if not isinstance(priority, (list, tuple)) or len(priority) != count:
+        raise InvalidInputError(f"priority must be an int or a list of one per prompt ({count}), got {priority!r:.80}")
+    return list(priority)
