@@ -39,7 +39,28 @@ class StreamOptions(StrictBody):
     continuous_usage_stats: bool = False  # vLLM's: with include_usage, every chunk carries its usage so far
 
 
-class _SamplingFields(StrictBody):
+# vLLM's extras the generating endpoints do not take, with why (refused where given, not dropped as unknown)
+_NOT_TAKEN = {
+    "logprob_token_ids": "logprobs give the top-k only",
+    "stream_interval": "a stream sends every token as it comes",
+    "repetition_detection": "use stop strings or a repetition_penalty",
+    "thinking_token_budget": "reasoning is not limited apart from max_tokens",
+    "vllm_xargs": "there are no custom extensions",
+    "watermarking": "outputs are not watermarked",
+    "return_token_offsets": "use /tokenize",
+    "return_prompt_text": "use /tokenize with the messages",
+    "prompt_embeds": "prompts are text or token ids",
+    "kv_transfer_params": "there is no KV transfer between servers",
+    "ec_transfer_params": "there is no encoder cache transfer",
+    "mm_payload": "the models here read text only",
+    "mm_processor_kwargs": "the models here read text only",
+    "media_io_kwargs": "the models here read text only",
+    "return_mm_kwargs": "the models here read text only",
+    "routed_experts_prompt_start": "the models here have no experts",
+}
+
+
+class SamplingFields(StrictBody):
     """Fields both endpoints share (OpenAI's plus vLLM's usual extras)."""
 
     model: str | None = None
@@ -61,6 +82,10 @@ class _SamplingFields(StrictBody):
     stream: bool = False
     stream_options: StreamOptions | None = None
     cache_salt: str | None = Field(default=None, min_length=1)
+    priority: Int64 = 0  # vLLM's: with --scheduling-policy priority, lower is scheduled first
+    request_id: str | None = Field(default=None, min_length=1, max_length=256)  # vLLM's: the response's id after
+    session_id: str | None = None  # vLLM's routing hint for related requests: taken (one engine serves them all)
+    spaces_between_special_tokens: bool = True  # vLLM's; false is refused (see _refuse_unsupported)
     user: str | None = None
     logit_bias: dict[str, float] | None = None
     response_format: dict[str, Any] | None = None  # text, json_object or json_schema (structured outputs)
@@ -81,6 +106,21 @@ class _SamplingFields(StrictBody):
     guided_choice: Any = None
     guided_grammar: Any = None
     logprob_token_ids: Any = None
+    stream_interval: Any = None
+    repetition_detection: Any = None
+    thinking_token_budget: Any = None
+    vllm_xargs: Any = None
+    watermarking: Any = None
+    return_token_offsets: Any = None
+    return_prompt_text: Any = None
+    prompt_embeds: Any = None
+    kv_transfer_params: Any = None
+    ec_transfer_params: Any = None
+    mm_payload: Any = None
+    mm_processor_kwargs: Any = None
+    media_io_kwargs: Any = None
+    return_mm_kwargs: Any = None
+    routed_experts_prompt_start: Any = None
 
     def check_streaming(self) -> None:
         if self.stream_options is not None and not self.stream:
@@ -92,10 +132,12 @@ class _SamplingFields(StrictBody):
         """A 400 for each field given (not null / false) that this endpoint does not take, with why."""
         guided = "use structured_outputs (or response_format), as vLLM has since it dropped the guided_ fields"
         for name, reason in {"guided_json": guided, "guided_regex": guided, "guided_choice": guided,
-                             "guided_grammar": guided,
-                             "logprob_token_ids": "logprobs give the top-k only", **why}.items():
+                             "guided_grammar": guided, **_NOT_TAKEN, **why}.items():
             if getattr(self, name) is not None and getattr(self, name) is not False:  # 0 is given
                 raise InvalidInputError(f"{name} is not supported: {reason}")
+        if not self.spaces_between_special_tokens:
+            raise InvalidInputError("spaces_between_special_tokens is not supported: false (special tokens' text is "
+                                    "decoded as the tokenizer decodes it)")
 
     def _structured_outputs(self) -> StructuredOutputsParams | None:
         """vLLM's structured_outputs, or OpenAI's response_format: json_object (any JSON object) or json_schema
@@ -165,7 +207,7 @@ def _response_format(response_format: dict[str, Any] | None) -> StructuredOutput
     return StructuredOutputsParams(json=spec["schema"])
 
 
-class CompletionRequest(_SamplingFields):
+class CompletionRequest(SamplingFields):
     prompt: Prompt
     max_tokens: int | None = 16
     logprobs: int | None = None
@@ -268,7 +310,7 @@ class _TemplateFields(StrictBody):
                 "template_kwargs": kwargs, "documents": self.documents, "tools": self.tools}
 
 
-class ChatCompletionRequest(_SamplingFields, _TemplateFields):
+class ChatCompletionRequest(SamplingFields, _TemplateFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = None
     max_completion_tokens: int | None = None

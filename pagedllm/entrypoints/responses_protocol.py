@@ -19,7 +19,8 @@ from pagedllm.errors import InvalidInputError
 # the fields a response passes to its chat completion under the same names
 CHAT_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
                "seed", "user", "skip_special_tokens", "include_reasoning", "stream", "parallel_tool_calls",
-               "cache_salt", "structured_outputs")
+               "cache_salt", "priority", "request_id", "structured_outputs", "stop", "stop_token_ids", "ignore_eos",
+               "include_stop_str_in_output", "logit_bias", "chat_template_kwargs")
 
 
 class InputText(StrictBody):
@@ -95,7 +96,17 @@ class ResponsesRequest(StrictBody):
     repetition_penalty: RepetitionPenalty | None = None
     seed: Int64 | None = None  # vLLM's
     cache_salt: str | None = Field(default=None, min_length=1)  # vLLM's: a different salt shares no cached prefix
+    priority: Int64 = 0  # vLLM's, as chat's
+    request_id: str | None = None  # vLLM's: the response's id is "resp_<request_id>"
     structured_outputs: dict[str, Any] | None = None  # vLLM's, as chat's (not with a text.format JSON schema)
+    stop: Any = None  # vLLM's extras from here to chat_template_kwargs: chat's fields, checked as chat checks them
+    stop_token_ids: Any = None
+    ignore_eos: Any = None
+    include_stop_str_in_output: Any = None
+    logit_bias: Any = None
+    chat_template_kwargs: Any = None
+    prompt_cache_key: str | None = None  # OpenAI's cache hint: taken, as the prefix cache finds shared prefixes itself
+    service_tier: str | None = None  # "auto" or "default": there is one tier
     stream: bool = False
     text: TextConfig | None = None
     reasoning: dict[str, Any] | None = None  # {"effort": ...} goes to the chat template as reasoning_effort
@@ -115,6 +126,9 @@ class ResponsesRequest(StrictBody):
     include: list[str] | None = None
     prompt: Any = None
     top_logprobs: int | None = None
+    max_tool_calls: int | None = None
+    previous_input_messages: Any = None  # vLLM's, for harmony models
+    enable_response_messages: bool | None = None  # vLLM's, for harmony models
 
     def to_chat(self) -> ResponseChat:
         """The same request as a chat completion (the chat path then checks its values)."""
@@ -152,11 +166,16 @@ class ResponsesRequest(StrictBody):
         why = {"previous_response_id": "responses are not stored: send the conversation as input",
                "conversation": "responses are not stored: send the conversation as input",
                "background": "responses run in the foreground only", "include": "nothing extra can be included",
-               "prompt": "stored prompt templates are not supported", "top_logprobs": "logprobs are not supported here"}
+               "prompt": "stored prompt templates are not supported", "top_logprobs": "logprobs are not supported here",
+               "max_tool_calls": "the number of function calls is not limited here",
+               "previous_input_messages": "send earlier turns as input items",
+               "enable_response_messages": "the response's messages are not returned"}
         for name, reason in why.items():
             value = getattr(self, name)
             if value not in (None, False, [], 0):
                 raise InvalidInputError(f"{name} is not supported on /v1/responses: {reason}")
+        if self.service_tier not in (None, "auto", "default"):
+            raise InvalidInputError(f"service_tier {self.service_tier!r} is not supported: there is one tier (auto)")
         if isinstance(self.reasoning, dict) and set(self.reasoning) - {"effort", "summary"}:
             raise InvalidInputError("reasoning takes effort (and summary) only")
 

@@ -113,7 +113,9 @@ class FakeEngine:
     # ---- contract ----------------------------------------------------------------------
 
     def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
-                    arrival_time: float | None = None, cache_salt: str | None = None) -> None:
+                    arrival_time: float | None = None, cache_salt: str | None = None, priority: int = 0) -> None:
+        if priority != 0:
+            raise InvalidInputError("the fake engine schedules first come, first served")
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         self._validate(request_id, ids, params)
         offset = 0 if params.temperature == 0 else (params.seed or len(self.requests) * 5)

@@ -134,6 +134,8 @@ def test_a_json_schema_format_is_the_chats_response_format(api: openai.OpenAI, s
     ({"tools": [WEATHER], "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
     ({"previous_response_id": "resp_1"}, "previous_response_id"), ({"background": True}, "background"),
     ({"include": ["message.output_text.logprobs"]}, "include"), ({"top_logprobs": 2}, "top_logprobs"),
+    ({"max_tool_calls": 1}, "max_tool_calls"), ({"previous_input_messages": [{}]}, "previous_input_messages"),
+    ({"enable_response_messages": True}, "enable_response_messages"), ({"service_tier": "flex"}, "service_tier"),
     ({"max_output_tokens": 0}, "max_output_tokens"), ({"max_output_tokens": 1000}, "max_output_tokens"),
     ({"input": []}, "input"),
     ({"input": [{"role": "robot", "content": "x"}]}, "input"), ({"temperature": "hot"}, "temperature"),
@@ -142,6 +144,31 @@ def test_what_a_response_cannot_honour_is_a_400_naming_it(server: RunningServer,
     response = httpx.post(server.base_url + "/v1/responses", json={"input": "hi", **extra}, timeout=30)
     assert response.status_code in (400, 404), response.text
     assert response.json()["error"]["param"] == param
+
+
+CHAT_EXTRAS = [{"stop": ["e", "a"], "include_stop_str_in_output": True}, {"stop_token_ids": [101, 102]},
+               {"logit_bias": {"150": 100}, "ignore_eos": True}, {"chat_template_kwargs": {"custom_flag": True}}]
+
+
+@PLAIN
+@pytest.mark.parametrize("extras", CHAT_EXTRAS, ids=lambda e: next(iter(e)))
+def test_vllms_chat_fields_give_the_chats_answer(server: RunningServer, extras: dict) -> None:
+    body = {"temperature": 0, "seed": 1, "priority": 0, "prompt_cache_key": "k", "service_tier": "auto", **extras}
+    response = httpx.post(server.base_url + "/v1/responses", json={"input": "hi", "max_output_tokens": 12, **body},
+                          timeout=30)
+    chat = httpx.post(server.base_url + "/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 12, **body}, timeout=30)
+    assert response.status_code == 200 and chat.status_code == 200, (response.text, chat.text)
+    text = response.json()["output"][-1]["content"][0]["text"]
+    assert text == chat.json()["choices"][0]["message"]["content"]
+    assert response.json()["usage"]["output_tokens"] == chat.json()["usage"]["completion_tokens"]
+    assert response.json()["usage"]["input_tokens"] == chat.json()["usage"]["prompt_tokens"]
+
+
+def test_chat_template_kwargs_are_checked_as_chats(server: RunningServer) -> None:
+    kwargs = {"chat_template_kwargs": {"add_generation_prompt": False}}  # the chat refuses this one
+    response = httpx.post(server.base_url + "/v1/responses", json={"input": "hi", **kwargs}, timeout=30)
+    assert response.status_code == 400 and response.json()["error"]["param"] == "chat_template_kwargs"
 
 
 def calls(response) -> list[tuple[str, dict]]:

@@ -4,6 +4,8 @@ response says elsewhere (a stream joined, the echoed prompt's logprobs, /tokeniz
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
@@ -193,3 +195,63 @@ def test_an_abandoned_beam_stream_leaves_nothing_behind(server: RunningServer) -
             next(response.iter_lines())  # the first role chunk, then hang up
     stats = server.wait_idle(timeout=30)
     assert (stats.num_running, stats.num_waiting, stats.blocks_used) == (0, 0, 0)
+
+
+ENDPOINTS = [("/v1/completions", {"prompt": PROMPT, "max_tokens": 3}, "cmpl-"),
+             ("/v1/chat/completions", {"messages": MSG, "max_tokens": 3}, "chatcmpl-"),
+             ("/v1/responses", {"input": "hello there", "max_output_tokens": 3}, "resp_")]
+
+
+@pytest.mark.parametrize("path,body,prefix", ENDPOINTS)
+def test_a_request_id_names_the_response_whole_and_streamed(http: httpx.Client, path: str, body: dict,
+                                                            prefix: str) -> None:
+    for _ in range(2):  # an id may come again once its first request has finished
+        assert post(http, path, **body, request_id="job-7", session_id="s1")["id"] == prefix + "job-7"
+    streamed = http.post(path, json={**body, "request_id": "job-8", "stream": True})
+    assert streamed.status_code == 200
+    events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
+    ids = {event["response"]["id"] if "response" in event else event.get("id") for event in events}
+    assert ids - {None} == {prefix + "job-8"}  # a Responses stream names it in the events that carry the response
+
+
+NOT_TAKEN = ["stream_interval", "repetition_detection", "thinking_token_budget", "vllm_xargs", "watermarking",
+             "return_token_offsets", "return_prompt_text", "prompt_embeds", "kv_transfer_params",
+             "ec_transfer_params", "mm_payload", "mm_processor_kwargs", "media_io_kwargs", "return_mm_kwargs",
+             "routed_experts_prompt_start"]
+
+
+@pytest.mark.parametrize("path,body", [e[:2] for e in ENDPOINTS[:2]])
+@pytest.mark.parametrize("field", NOT_TAKEN)
+def test_vllms_fields_this_server_cannot_honour_are_400s_naming_them(http: httpx.Client, path: str, body: dict,
+                                                                     field: str) -> None:
+    response = http.post(path, json={**body, field: 1})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == field
+
+
+@pytest.mark.parametrize("path,body", [e[:2] for e in ENDPOINTS[:2]])
+def test_spaces_between_special_tokens_is_taken_only_as_its_default(http: httpx.Client, path: str, body: dict):
+    assert http.post(path, json={**body, "spaces_between_special_tokens": True}).status_code == 200
+    response = http.post(path, json={**body, "spaces_between_special_tokens": False})
+    assert response.status_code == 400 and response.json()["error"]["param"] == "spaces_between_special_tokens"
+
+
+def test_a_request_id_may_name_requests_that_run_together() -> None:
+    from conftest import fake_config
+    from fake_serving_engine import FakeEngine
+
+    running = start_server(FakeEngine(fake_config(), step_delay=0.02))  # 20 tokens: about half a second
+    body = {"prompt": "hello", "max_tokens": 20, "ignore_eos": True, "request_id": "dup"}
+    try:
+        with httpx.Client(base_url=running.base_url, timeout=60) as client:
+            with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as first:
+                lines = first.iter_lines()
+                next(lines)  # the first request runs
+                second = client.post("/v1/completions", json=body)
+                rest = [line for line in lines if line]
+            assert second.status_code == 200 and second.json()["id"] == "cmpl-dup"
+            assert second.json()["usage"]["completion_tokens"] == 20
+            assert rest[-1] == "data: [DONE]" and sum('"finish_reason":"length"' in line for line in rest) == 1
+        assert running.wait_idle(timeout=30).num_running == 0
+    finally:
+        running.stop()

@@ -12,6 +12,7 @@ from fastapi import Request
 
 from pagedllm.engine.async_engine import AsyncEngine, OutputStream
 from pagedllm.engine.outputs import RequestOutput
+from pagedllm.entrypoints.protocol import SamplingFields
 from pagedllm.entrypoints.server.errors import APIError, model_not_found, overloaded
 from pagedllm.sampling_params import SamplingParams
 
@@ -19,12 +20,15 @@ T = TypeVar("T")
 
 
 class Submission:
-    """Prompts of one call, each an engine request '<id>-<index>' (a readable name, never parsed back:
-    a map gives each request's prompt index), all feeding one stream."""
+    """Prompts of one call, each an engine request '<key>-<index>' (a readable name, never parsed back:
+    a map gives each request's prompt index), all feeding one stream. The id (the response's) is
+    '<prefix>-<random hex>', or '<prefix>-<request_id>' where the body gives vLLM's request_id; the key is the id,
+    with random hex after a client's id, which other calls may use too."""
 
-    def __init__(self, engine: AsyncEngine, prefix: str) -> None:
+    def __init__(self, engine: AsyncEngine, prefix: str, request_id: str | None = None) -> None:
         self.engine = engine
-        self.id = f"{prefix}-{uuid.uuid4().hex}"
+        self.id = f"{prefix}-{request_id or uuid.uuid4().hex}"
+        self._key = f"{self.id}-{uuid.uuid4().hex}" if request_id else self.id
         self.created = int(time.time())
         self.stream = OutputStream()
         self.request_ids: list[str] = []
@@ -39,14 +43,16 @@ class Submission:
     def prompt_lengths(self) -> list[int]:
         return [len(prompt) for prompt in self.prompts]
 
-    async def add(self, prompts: list[list[int]], params: SamplingParams, cache_salt: str | None) -> None:
+    async def add(self, prompts: list[list[int]], params: SamplingParams, cache_salt: str | None = None,
+                  priority: int = 0) -> None:
         """Every prompt in one engine command: they join the same step (one at a time, a list of N prompts took
         N steps to admit, and its first requests could finish before its last were in)."""
-        self.request_ids = [f"{self.id}-{index}" for index in range(len(prompts))]
+        self.request_ids = [f"{self._key}-{index}" for index in range(len(prompts))]
         self.prompts = prompts
         self._index_of = {request_id: index for index, request_id in enumerate(self.request_ids)}
         try:
-            await self.engine.add_requests(list(zip(self.request_ids, prompts)), params, self.stream, cache_salt)
+            await self.engine.add_requests(list(zip(self.request_ids, prompts)), params, self.stream, cache_salt,
+                                           priority)
         except BaseException:
             self.abort_unfinished()
             raise
@@ -82,12 +88,13 @@ def check_capacity(engine: AsyncEngine) -> None:
         raise overloaded()
 
 
-async def submit(engine: AsyncEngine, prefix: str, prompts: list[list[int]],
-                 params: SamplingParams, cache_salt: str | None) -> Submission:
-    """Hand tokenized, checked prompts to the engine as one submission (503 when overloaded)."""
+async def submit(engine: AsyncEngine, prefix: str, prompts: list[list[int]], params: SamplingParams,
+                 body: SamplingFields) -> Submission:
+    """Hand tokenized, checked prompts to the engine as one submission (503 when overloaded), with the body's
+    cache_salt, priority and request_id."""
     check_capacity(engine)  # again: others may have been admitted while this one was tokenized
-    submission = Submission(engine, prefix)
-    await submission.add(prompts, params, cache_salt)
+    submission = Submission(engine, prefix, body.request_id)
+    await submission.add(prompts, params, body.cache_salt, body.priority)
     return submission
 
 
