@@ -34,13 +34,21 @@ class StrictBody(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
 
 
+KEEP_EXTRA = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)  # as StrictBody, unknown fields kept
+
+
 class StreamOptions(StrictBody):
     include_usage: bool = False
     continuous_usage_stats: bool = False  # vLLM's: with include_usage, every chunk carries its usage so far
 
 
+_GUIDED = "use structured_outputs (or response_format), as vLLM has since it dropped the guided_ fields"
 # vLLM's extras the generating endpoints do not take, with why (refused where given, not dropped as unknown)
-_NOT_TAKEN = {
+NOT_TAKEN = {
+    "guided_json": _GUIDED,
+    "guided_regex": _GUIDED,
+    "guided_choice": _GUIDED,
+    "guided_grammar": _GUIDED,
     "logprob_token_ids": "logprobs give the top-k only",
     "stream_interval": "a stream sends every token as it comes",
     "repetition_detection": "use stop strings or a repetition_penalty",
@@ -61,7 +69,10 @@ _NOT_TAKEN = {
 
 
 class SamplingFields(StrictBody):
-    """Fields both endpoints share (OpenAI's plus vLLM's usual extras)."""
+    """Fields both endpoints share (OpenAI's plus vLLM's usual extras). Unknown fields are kept aside (model_extra),
+    so that those this server knows and does not take are refused."""
+
+    model_config = KEEP_EXTRA
 
     model: str | None = None
     n: int = 1
@@ -83,7 +94,7 @@ class SamplingFields(StrictBody):
     stream_options: StreamOptions | None = None
     cache_salt: str | None = Field(default=None, min_length=1)
     priority: Int64 = 0  # vLLM's: with --scheduling-policy priority, lower is scheduled first
-    request_id: str | None = Field(default=None, min_length=1, max_length=256)  # vLLM's: the response's id after
+    request_id: str | None = Field(default=None, min_length=1, max_length=256)  # vLLM's: names the response
     session_id: str | None = None  # vLLM's routing hint for related requests: taken (one engine serves them all)
     spaces_between_special_tokens: bool = True  # vLLM's; false is refused (see _refuse_unsupported)
     user: str | None = None
@@ -100,27 +111,6 @@ class SamplingFields(StrictBody):
     prompt_logprobs: int | None = None  # vLLM's: each prompt token's logprob and its top-k, in the response
     return_token_ids: bool = False  # vLLM's: the prompt's and each choice's token ids beside the text
     return_tokens_as_token_ids: bool = False  # vLLM's: logprobs name tokens "token_id:<id>"
-    # vLLM extras this server does not take: declared so that they are refused, not dropped as unknown
-    guided_json: Any = None
-    guided_regex: Any = None
-    guided_choice: Any = None
-    guided_grammar: Any = None
-    logprob_token_ids: Any = None
-    stream_interval: Any = None
-    repetition_detection: Any = None
-    thinking_token_budget: Any = None
-    vllm_xargs: Any = None
-    watermarking: Any = None
-    return_token_offsets: Any = None
-    return_prompt_text: Any = None
-    prompt_embeds: Any = None
-    kv_transfer_params: Any = None
-    ec_transfer_params: Any = None
-    mm_payload: Any = None
-    mm_processor_kwargs: Any = None
-    media_io_kwargs: Any = None
-    return_mm_kwargs: Any = None
-    routed_experts_prompt_start: Any = None
 
     def check_streaming(self) -> None:
         if self.stream_options is not None and not self.stream:
@@ -128,12 +118,11 @@ class SamplingFields(StrictBody):
         if self.stream and self.prompt_logprobs is not None:
             raise InvalidInputError("prompt_logprobs is not available when stream is true")
 
-    def _refuse_unsupported(self, **why: str) -> None:
-        """A 400 for each field given (not null / false) that this endpoint does not take, with why."""
-        guided = "use structured_outputs (or response_format), as vLLM has since it dropped the guided_ fields"
-        for name, reason in {"guided_json": guided, "guided_regex": guided, "guided_choice": guided,
-                             "guided_grammar": guided, **_NOT_TAKEN, **why}.items():
-            if getattr(self, name) is not None and getattr(self, name) is not False:  # 0 is given
+    def _refuse_unsupported(self) -> None:
+        """A 400 for each field given (not null / false) that this server knows and does not take, with why."""
+        given = self.model_extra or {}
+        for name, reason in NOT_TAKEN.items():
+            if given.get(name) is not None and given.get(name) is not False:  # 0 is given
                 raise InvalidInputError(f"{name} is not supported: {reason}")
         if not self.spaces_between_special_tokens:
             raise InvalidInputError("spaces_between_special_tokens is not supported: false (special tokens' text is "
@@ -311,6 +300,7 @@ class _TemplateFields(StrictBody):
 
 
 class ChatCompletionRequest(SamplingFields, _TemplateFields):
+    model_config = KEEP_EXTRA  # SamplingFields', not _TemplateFields'
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = None
     max_completion_tokens: int | None = None

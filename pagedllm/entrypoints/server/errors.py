@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pagedllm.engine.async_engine import RequestAborted
-from pagedllm.entrypoints.protocol import ChatCompletionRequest, CompletionRequest
+from pagedllm.entrypoints.protocol import NOT_TAKEN, ChatCompletionRequest, CompletionRequest
 from pagedllm.entrypoints.responses_protocol import ResponsesRequest
 from pagedllm.entrypoints.server import sse
 from pagedllm.errors import UserFacingError
@@ -25,7 +25,7 @@ from pagedllm.errors import UserFacingError
 logger = logging.getLogger(__name__)
 
 _KNOWN_PARAMS = set(CompletionRequest.model_fields) | set(ChatCompletionRequest.model_fields) | set(
-    ResponsesRequest.model_fields)
+    ResponsesRequest.model_fields) | set(NOT_TAKEN)
 _LEADING_NAME = re.compile(r"^([a-z_]+)\b")
 # how pydantic names a union's alternatives in an error's path: str, list[int], ContentPart (fields are snake_case)
 _TYPE_NAME = re.compile(r"^(str|int|float|bool|[A-Z]\w*|\w+\[.*\])$")
