@@ -68,6 +68,13 @@ NOT_TAKEN = {
 }
 
 
+def refuse_not_taken(extra: dict[str, Any] | None) -> None:
+    """A 400 for the first field of a body's extras (not null / false) that this server knows and does not take."""
+    for name, reason in NOT_TAKEN.items():
+        if (extra or {}).get(name) not in (None, False):  # 0 is given
+            raise InvalidInputError(f"{name} is not supported: {reason}")
+
+
 class SamplingFields(StrictBody):
     """Fields both endpoints share (OpenAI's plus vLLM's usual extras). Unknown fields are kept aside (model_extra),
     so that those this server knows and does not take are refused."""
@@ -119,11 +126,7 @@ class SamplingFields(StrictBody):
             raise InvalidInputError("prompt_logprobs is not available when stream is true")
 
     def _refuse_unsupported(self) -> None:
-        """A 400 for each field given (not null / false) that this server knows and does not take, with why."""
-        given = self.model_extra or {}
-        for name, reason in NOT_TAKEN.items():
-            if given.get(name) is not None and given.get(name) is not False:  # 0 is given
-                raise InvalidInputError(f"{name} is not supported: {reason}")
+        refuse_not_taken(self.model_extra)
         if not self.spaces_between_special_tokens:
             raise InvalidInputError("spaces_between_special_tokens is not supported: false (special tokens' text is "
                                     "decoded as the tokenizer decodes it)")

@@ -13,7 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from pagedllm.entrypoints.protocol import ChatCompletionRequest, Int64, RepetitionPenalty, StrictBody, Temperature
+from pagedllm.entrypoints.protocol import (KEEP_EXTRA, ChatCompletionRequest, Int64, RepetitionPenalty, StrictBody,
+                                           Temperature, refuse_not_taken)
 from pagedllm.errors import InvalidInputError
 
 # the fields a response passes to its chat completion under the same names
@@ -83,6 +84,7 @@ class ResponseChat(ChatCompletionRequest):
 
 
 class ResponsesRequest(StrictBody):
+    model_config = KEEP_EXTRA  # vLLM's fields this server does not take are refused (refuse_not_taken)
     model: str | None = None
     input: str | Annotated[list[InputItem], Field(min_length=1)]
     instructions: str | None = None
@@ -106,6 +108,7 @@ class ResponsesRequest(StrictBody):
     logit_bias: Any = None
     chat_template_kwargs: Any = None
     prompt_cache_key: str | None = None  # OpenAI's cache hint: taken, as the prefix cache finds shared prefixes itself
+    session_id: str | None = None  # vLLM's routing hint, as chat's: taken
     service_tier: str | None = None  # "auto" or "default": there is one tier
     stream: bool = False
     text: TextConfig | None = None
@@ -163,6 +166,7 @@ class ResponsesRequest(StrictBody):
         return {"type": "json_schema", "json_schema": {"name": format_.name or "response", "schema": format_.schema_}}
 
     def _refuse_unsupported(self) -> None:
+        refuse_not_taken(self.model_extra)
         why = {"previous_response_id": "responses are not stored: send the conversation as input",
                "conversation": "responses are not stored: send the conversation as input",
                "background": "responses run in the foreground only", "include": "nothing extra can be included",

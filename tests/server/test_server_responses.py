@@ -136,6 +136,7 @@ def test_a_json_schema_format_is_the_chats_response_format(api: openai.OpenAI, s
     ({"include": ["message.output_text.logprobs"]}, "include"), ({"top_logprobs": 2}, "top_logprobs"),
     ({"max_tool_calls": 1}, "max_tool_calls"), ({"previous_input_messages": [{}]}, "previous_input_messages"),
     ({"enable_response_messages": True}, "enable_response_messages"), ({"service_tier": "flex"}, "service_tier"),
+    ({"vllm_xargs": {"a": 1}}, "vllm_xargs"), ({"kv_transfer_params": {}}, "kv_transfer_params"),
     ({"max_output_tokens": 0}, "max_output_tokens"), ({"max_output_tokens": 1000}, "max_output_tokens"),
     ({"input": []}, "input"),
     ({"input": [{"role": "robot", "content": "x"}]}, "input"), ({"temperature": "hot"}, "temperature"),
@@ -153,7 +154,8 @@ CHAT_EXTRAS = [{"stop": ["e", "a"], "include_stop_str_in_output": True}, {"stop_
 @PLAIN
 @pytest.mark.parametrize("extras", CHAT_EXTRAS, ids=lambda e: next(iter(e)))
 def test_vllms_chat_fields_give_the_chats_answer(server: RunningServer, extras: dict) -> None:
-    body = {"temperature": 0, "seed": 1, "priority": 0, "prompt_cache_key": "k", "service_tier": "auto", **extras}
+    body = {"temperature": 0, "seed": 1, "priority": 0, "prompt_cache_key": "k", "service_tier": "auto",
+            "session_id": "s", **extras}
     response = httpx.post(server.base_url + "/v1/responses", json={"input": "hi", "max_output_tokens": 12, **body},
                           timeout=30)
     chat = httpx.post(server.base_url + "/v1/chat/completions", json={
