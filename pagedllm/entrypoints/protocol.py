@@ -50,7 +50,6 @@ NOT_TAKEN = {
     "guided_choice": _GUIDED,
     "guided_grammar": _GUIDED,
     "logprob_token_ids": "logprobs give the top-k only",
-    "stream_interval": "a stream sends every token as it comes",
     "repetition_detection": "use stop strings or a repetition_penalty",
     "thinking_token_budget": "reasoning is not limited apart from max_tokens",
     "vllm_xargs": "there are no custom extensions",
@@ -103,6 +102,7 @@ class SamplingFields(StrictBody):
     priority: Int64 = 0  # vLLM's: with --scheduling-policy priority, lower is scheduled first
     request_id: str | None = Field(default=None, min_length=1, max_length=256)  # vLLM's: names the response
     session_id: str | None = None  # vLLM's routing hint for related requests: taken (one engine serves them all)
+    stream_interval: int = Field(default=1, ge=1)  # vLLM's: tokens each streamed chunk of a choice gathers
     spaces_between_special_tokens: bool = True  # vLLM's; false is refused (see _refuse_unsupported)
     user: str | None = None
     logit_bias: dict[str, float] | None = None

@@ -214,7 +214,7 @@ def test_a_request_id_names_the_response_whole_and_streamed(http: httpx.Client, 
     assert ids - {None} == {prefix + "job-8"}  # a Responses stream names it in the events that carry the response
 
 
-NOT_TAKEN = ["stream_interval", "repetition_detection", "thinking_token_budget", "vllm_xargs", "watermarking",
+NOT_TAKEN = ["repetition_detection", "thinking_token_budget", "vllm_xargs", "watermarking",
              "return_token_offsets", "return_prompt_text", "prompt_embeds", "kv_transfer_params",
              "ec_transfer_params", "mm_payload", "mm_processor_kwargs", "media_io_kwargs", "return_mm_kwargs",
              "routed_experts_prompt_start"]
@@ -255,3 +255,25 @@ def test_a_request_id_may_name_requests_that_run_together() -> None:
         assert running.wait_idle(timeout=30).num_running == 0
     finally:
         running.stop()
+
+
+@pytest.mark.parametrize("path,body", [e[:2] for e in ENDPOINTS[:2]])
+def test_a_stream_interval_gathers_that_many_tokens_a_chunk(http: httpx.Client, path: str, body: dict) -> None:
+    asked = {**body, "max_tokens": 11, "ignore_eos": True, "n": 2, "temperature": 0, "return_token_ids": True}
+    whole = post(http, path, **asked)["choices"]
+    per_choice: dict[int, list[list[int]]] = {0: [], 1: []}
+    texts = {0: "", 1: ""}
+    for event in chunks(http, path, **asked, stream_interval=4):
+        for choice in event["choices"]:
+            if choice.get("token_ids"):
+                per_choice[choice["index"]].append(choice["token_ids"])
+            texts[choice["index"]] += choice.get("text") or (choice.get("delta") or {}).get("content") or ""
+    for index, pieces in per_choice.items():
+        assert [len(p) for p in pieces] == [1, 4, 4, 2]  # the first token at once, then 4 a chunk, the rest last
+        assert sum(pieces, []) == whole[index]["token_ids"]
+        assert texts[index] == whole[index].get("text", (whole[index].get("message") or {}).get("content"))
+
+
+def test_a_stream_interval_below_1_is_a_400(http: httpx.Client) -> None:
+    response = http.post("/v1/completions", json={"prompt": PROMPT, "stream": True, "stream_interval": 0})
+    assert response.status_code == 400 and response.json()["error"]["param"] == "stream_interval"

@@ -159,7 +159,7 @@ class _View:
         return sse.event(self.usage.stamp(chunk, 0, index))
 
     async def stream(self) -> AsyncIterator[str]:
-        tracker = DeltaTracker(self.n)
+        tracker = DeltaTracker(self.n, self.body.stream_interval)
         last: RequestOutput | None = None
         try:
             for index in range(self.n):

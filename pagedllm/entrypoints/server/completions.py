@@ -142,7 +142,7 @@ class _View:
             for index in range(prompt_index * self.n, (prompt_index + 1) * self.n)]
 
     async def stream(self) -> AsyncIterator[str]:
-        tracker, echoed = DeltaTracker(self.n), {}  # prompt index -> its completions' text_offset base
+        tracker, echoed = DeltaTracker(self.n, self.body.stream_interval), {}  # prompt index -> its completions' text_offset base
         # choice index -> its next token's text_offset: counted by the tokens' texts, as the response counts them
         # (the text sent differs where a token splits a character)
         offsets: dict[int, int] = {}

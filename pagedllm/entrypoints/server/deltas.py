@@ -1,4 +1,5 @@
-"""Per choice, what a stream sends next: the engine's per-step additions, with tokens whose text is held back kept until their text comes."""
+"""Per choice, what a stream sends next: the engine's per-step additions, with tokens whose text is held back kept until
+their text comes, and with vLLM's stream_interval, gathered until that many tokens are held."""
 
 from __future__ import annotations
 
@@ -20,13 +21,16 @@ class ChoiceDelta:
 @dataclass(slots=True)
 class _Sent:
     finished: bool = False
-    held_tokens: list[int] = field(default_factory=list)  # tokens whose text the engine holds back
+    any_sent: bool = False
+    held_tokens: list[int] = field(default_factory=list)  # tokens not sent yet
     held_logprobs: list[TokenLogprob] = field(default_factory=list)
+    held_text: str = ""  # their text so far (none where the engine holds it back: a partial stop string)
 
 
 @dataclass
 class DeltaTracker:
     n: int
+    interval: int = 1  # tokens a delta gathers (vLLM's stream_interval); a choice's first and last go at once
     _sent: dict[int, _Sent] = field(default_factory=dict)
 
     def deltas(self, prompt_index: int, output: RequestOutput) -> list[ChoiceDelta]:
@@ -43,12 +47,14 @@ class DeltaTracker:
             return None
         sent.held_tokens += completion.new_token_ids
         sent.held_logprobs += completion.new_logprobs or []
-        text, finished = completion.new_text, completion.finish_reason is not None
-        if not text and not finished:
-            return None  # tokens whose text is held back (a partial stop string) go out with their text
+        sent.held_text += completion.new_text
+        finished = completion.finish_reason is not None
+        gathering = sent.any_sent and len(sent.held_tokens) < self.interval
+        if not finished and (not sent.held_text or gathering):
+            return None  # tokens whose text is held back go out with their text
         logprobs = sent.held_logprobs if completion.logprobs is not None else None
-        delta = ChoiceDelta(index, text, sent.held_tokens, logprobs,
+        delta = ChoiceDelta(index, sent.held_text, sent.held_tokens, logprobs,
                             completion.finish_reason, completion.stop_reason)
-        sent.finished = finished
-        sent.held_tokens, sent.held_logprobs = [], []
+        sent.finished, sent.any_sent = finished, True
+        sent.held_tokens, sent.held_logprobs, sent.held_text = [], [], ""
         return delta
