@@ -55,7 +55,7 @@ NOT_TAKEN = {
     "vllm_xargs": "there are no custom extensions",
     "watermarking": "outputs are not watermarked",
     "return_token_offsets": "use /tokenize",
-    "return_prompt_text": "use /tokenize with the messages",
+    "return_prompt_text": "the rendered prompt is not returned (/tokenize with the messages gives its tokens)",
     "prompt_embeds": "prompts are text or token ids",
     "kv_transfer_params": "there is no KV transfer between servers",
     "ec_transfer_params": "there is no encoder cache transfer",
