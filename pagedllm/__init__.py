@@ -3,7 +3,7 @@
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["LLM", "SamplingParams", "StructuredOutputsParams", "__version__"]
+__all__ = ["LLM", "BeamSearchParams", "SamplingParams", "StructuredOutputsParams", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -16,6 +16,10 @@ def __getattr__(name: str) -> Any:
         from pagedllm.sampling_params import SamplingParams
 
         return SamplingParams
+    if name == "BeamSearchParams":
+        from pagedllm.entrypoints.beam_search import BeamSearchParams
+
+        return BeamSearchParams
     if name == "StructuredOutputsParams":
         from pagedllm.structured_outputs import StructuredOutputsParams
 

@@ -13,6 +13,7 @@ from pagedllm.config import EngineConfig
 from pagedllm.engine.llm_engine import LLMEngine
 from pagedllm.engine.outputs import RequestOutput
 from pagedllm.engine.stats import EngineStats
+from pagedllm.entrypoints.beam_search import BeamSearchOutput, BeamSearchParams, beam_outputs
 from pagedllm.entrypoints.tool_calls import check_tools
 from pagedllm.errors import InvalidInputError
 from pagedllm.sampling_params import SamplingParams
@@ -103,6 +104,22 @@ class LLM:
                        template_kwargs=chat_template_kwargs, chat_template=chat_template, tools=tools)
         rendered = [self.engine.apply_chat_template(c, **options) for c in conversations]
         return self._generate([_Prompt(ids, text) for text, ids in rendered], sampling_params, use_tqdm, priority)
+
+    def beam_search(self, prompts: Prompt | Seq[Prompt], params: BeamSearchParams, use_tqdm: bool = False,
+                    concurrency_limit: int | None = None) -> list[BeamSearchOutput]:
+        """vLLM's offline beam search call: per prompt its beams, best first, at most concurrency_limit prompts
+        searched at once. The same search as generate with SamplingParams(use_beam_search=True), in vLLM's output
+        shapes (pagedllm/entrypoints/beam_search.py)."""
+        if not isinstance(params, BeamSearchParams):
+            raise InvalidInputError(f"params must be a BeamSearchParams, got {type(params).__name__}")
+        if concurrency_limit is not None and (not is_int(concurrency_limit) or concurrency_limit < 1):
+            raise InvalidInputError(f"concurrency_limit must be a positive integer, got {concurrency_limit!r}")
+        sampling, prompt_list = params.sampling_params(), _as_prompt_list(prompts)
+        step = concurrency_limit or max(1, len(prompt_list))
+        outputs: list[RequestOutput] = []
+        for start in range(0, len(prompt_list), step):
+            outputs += self._generate(prompt_list[start:start + step], sampling, use_tqdm, None)
+        return beam_outputs(outputs, self.engine.tokenizer, params.skip_special_tokens)
 
     def stats(self) -> EngineStats:
         return self.engine.stats()
