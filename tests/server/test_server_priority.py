@@ -64,3 +64,13 @@ def test_a_priority_that_is_not_a_64_bit_integer_is_a_400(priority_http, path, b
     response = priority_http.post(path, json={**body, "priority": bad})
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == "priority"
+
+
+@pytest.mark.parametrize("path,body", REQUESTS)
+def test_an_x_vllm_priority_header_that_reads_as_an_integer_overrides_the_body(fcfs_http, priority_http, path,
+                                                                               body):
+    refused = fcfs_http.post(path, json={**body, "priority": 0}, headers={"X-Vllm-Priority": "3"})
+    assert refused.status_code == 400 and "scheduling_policy 'priority'" in refused.text
+    assert fcfs_http.post(path, json={**body, "priority": 0}, headers={"X-Vllm-Priority": "high"}).status_code == 200
+    assert fcfs_http.post(path, json={**body, "priority": 5}, headers={"X-Vllm-Priority": "0"}).status_code == 200
+    assert priority_http.post(path, json=body, headers={"X-Vllm-Priority": "-2"}).status_code == 200

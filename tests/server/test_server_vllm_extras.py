@@ -214,6 +214,13 @@ def test_a_request_id_names_the_response_whole_and_streamed(http: httpx.Client, 
     assert ids - {None} == {prefix + "job-8"}  # a Responses stream names it in the events that carry the response
 
 
+@pytest.mark.parametrize("path,body,prefix", ENDPOINTS)
+def test_an_x_request_id_header_names_the_response_before_the_body(http: httpx.Client, path: str, body: dict,
+                                                                   prefix: str) -> None:
+    response = http.post(path, json={**body, "request_id": "from-body"}, headers={"X-Request-Id": "from-header"})
+    assert response.status_code == 200 and response.json()["id"] == prefix + "from-header"
+
+
 NOT_TAKEN = ["repetition_detection", "thinking_token_budget", "vllm_xargs", "watermarking",
              "return_token_offsets", "return_prompt_text", "prompt_embeds", "kv_transfer_params",
              "ec_transfer_params", "mm_payload", "mm_processor_kwargs", "media_io_kwargs", "return_mm_kwargs",

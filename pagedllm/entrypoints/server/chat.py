@@ -41,7 +41,7 @@ async def create_chat_completion(request: Request) -> Any:
     params = body.to_sampling_params(engine.sampling_defaults, tools)
     prompt, params, opened = await chat_prompt(request, body, params)
     chat_text = ChatText(tools, opened, body.include_reasoning, body.echoed_text(), request.app.state.think_ids)
-    submission = await submit(engine, "chatcmpl", [prompt], params, body)
+    submission = await submit(engine, "chatcmpl", [prompt], params, body, request.headers)
     view = _View(body, submission, params.n, request.app.state.token_text, chat_text)
     if body.stream:
         return StreamingResponse(view.stream(), media_type="text/event-stream", headers=sse.HEADERS)

@@ -36,7 +36,7 @@ async def create_completion(request: Request) -> Any:
     body.check_streaming()
     params = body.to_sampling_params(engine.sampling_defaults)
     prompts = await _prompt_ids(request.app.state.prompts, engine.max_model_len, body, params)
-    submission = await submit(engine, "cmpl", prompts, params, body)
+    submission = await submit(engine, "cmpl", prompts, params, body, request.headers)
     view = _View(body, submission, params.n, request.app.state.token_text)
     if body.stream:
         return StreamingResponse(view.stream(), media_type="text/event-stream", headers=sse.HEADERS)

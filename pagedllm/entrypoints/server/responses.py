@@ -47,7 +47,7 @@ async def create_response(request: Request) -> Any:
     params = chat.to_sampling_params(engine.sampling_defaults, tools)
     prompt, params, opened = await chat_prompt(request, chat, params)
     chat_text = ChatText(tools, opened, body.include_reasoning, "", request.app.state.think_ids)
-    submission = await submit(engine, "resp", [prompt], params, chat)
+    submission = await submit(engine, "resp", [prompt], params, chat, request.headers)
     view = _View(body, submission, params, chat_text)
     if body.stream:
         return StreamingResponse(view.stream(), media_type="text/event-stream", headers=sse.HEADERS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import TypeVar
 
 from fastapi import Request
@@ -89,13 +89,21 @@ def check_capacity(engine: AsyncEngine) -> None:
 
 
 async def submit(engine: AsyncEngine, prefix: str, prompts: list[list[int]], params: SamplingParams,
-                 body: SamplingFields) -> Submission:
+                 body: SamplingFields, headers: Mapping[str, str]) -> Submission:
     """Hand tokenized, checked prompts to the engine as one submission (503 when overloaded), with the body's
-    cache_salt, priority and request_id."""
+    cache_salt, priority and request_id; as in vLLM, an X-Request-Id header overrides the request_id and an
+    X-Vllm-Priority header that reads as an integer the priority."""
     check_capacity(engine)  # again: others may have been admitted while this one was tokenized
-    submission = Submission(engine, prefix, body.request_id)
-    await submission.add(prompts, params, body.cache_salt, body.priority)
+    submission = Submission(engine, prefix, headers.get("x-request-id") or body.request_id)
+    await submission.add(prompts, params, body.cache_salt, _header_int(headers, "x-vllm-priority", body.priority))
     return submission
+
+
+def _header_int(headers: Mapping[str, str], name: str, default: int) -> int:
+    try:
+        return int(headers[name])
+    except (KeyError, ValueError):
+        return default
 
 
 async def until_disconnected(request: Request, work: Awaitable[T], submission: Submission) -> T:
