@@ -82,7 +82,9 @@ async def _soak(base_url: str, pid: int, args: argparse.Namespace) -> list[Burst
     from pagedllm.bench.soak_burst import BurstPlan, run_burst
 
     rng = random.Random(args.seed)
-    limits = httpx.Limits(max_connections=args.streams + args.bad_requests + 8)
+    # idle connections expire here before the server's keep-alive (uvicorn: 5 s, httpx's default expiry too) can close
+    # them: else a burst could send a request on a connection the server was closing at that moment (a ReadError)
+    limits = httpx.Limits(max_connections=args.streams + args.bad_requests + 8, keepalive_expiry=2.0)
     async with httpx.AsyncClient(base_url=base_url, timeout=600, limits=limits) as client:
         model = (await client.get("/v1/models")).json()["data"][0]["id"]
         pool = scrape((await client.get("/metrics")).text)["pagedllm_kv_blocks_total"]

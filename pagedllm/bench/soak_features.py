@@ -1,6 +1,6 @@
 """The soak's `--mix features` requests: each drawn across the three generating endpoints and what they take
-(n, logprobs, stops, penalties, structured outputs, tool calls, beam search, prompt logprobs, token ids, the
-Responses API and its function calls), streamed or whole, so that a burst runs them all at once under preemption.
+(n, logprobs, stops, penalties, structured outputs, tool calls, beam search, prompt logprobs, token ids, stream
+intervals, shared request ids, the Responses API and its function calls), streamed or whole, so that a burst runs them all at once under preemption.
 
 Every body fits the soak's small pool (prompts of at most about 60 tokens, n and beams of at most 2), so a
 healthy server answers each with a 200.
@@ -69,8 +69,13 @@ def _response(rng: random.Random, i: int) -> tuple[str, dict[str, Any]]:
 
 
 def _sampling(rng: random.Random, body: dict[str, Any]) -> None:
-    """Sampling fields both token endpoints take: n, temperature, stops, penalties."""
+    """Sampling fields both token endpoints take: n, temperature, stops, penalties; vLLM's stream_interval and
+    request_id (a few ids shared, so that requests running together share one)."""
     body["n"] = rng.randint(1, 2)
+    if body["stream"] and rng.random() < 0.3:
+        body["stream_interval"] = rng.randint(2, 4)
+    if rng.random() < 0.2:
+        body["request_id"] = f"soak-{rng.randint(0, 3)}"
     body["temperature"] = rng.choice([0.0, 0.7, 1.2])
     if rng.random() < 0.2:
         body["stop"] = rng.choice([".", ["a", "the"]])
