@@ -376,8 +376,10 @@ class TokenizeRequest(_TemplateFields):
     prompt: str | None = None
     add_special_tokens: bool | None = None  # default: the tokenizer's BOS for a prompt, none for messages
     return_token_strs: bool = False
+    model_config = KEEP_EXTRA  # vLLM's multimodal fields are refused (refuse_not_taken)
 
     def check_input(self) -> None:
+        refuse_not_taken(self.model_extra)
         if (self.prompt is None) == (self.messages is None):
             raise InvalidInputError("prompt or messages: give exactly one")
         self.check_template_fields()

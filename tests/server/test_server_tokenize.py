@@ -48,6 +48,8 @@ def test_detokenize_gives_back_the_text(http: httpx.Client) -> None:
     ("/detokenize", {"tokens": [1], "model": "gpt-9"}, 404, "model"),
     ("/tokenize", {"messages": MESSAGES, "chat_template": "{{ 1 }}"}, 400, "chat_template"),
     ("/tokenize", {"messages": MESSAGES, "tools": [{"type": "function"}]}, 400, "tools"),
+    ("/tokenize", {"messages": MESSAGES, "mm_processor_kwargs": {"a": 1}}, 400, "mm_processor_kwargs"),
+    ("/tokenize", {"prompt": "x", "media_io_kwargs": {}}, 400, "media_io_kwargs"),
 ])  # fmt: skip
 def test_bad_requests_get_error_json(http: httpx.Client, path: str, body: dict, status: int, param: str | None) -> None:
     response = http.post(path, json=body)

@@ -1,10 +1,11 @@
-"""Every field of vLLM 0.32's request models (listed here from `vllm.entrypoints.openai.*.protocol`) is one that this
+"""Every field of vLLM 0.32's request models (listed here from `vllm.entrypoints.openai.*.protocol` and
+`vllm.entrypoints.serve.tokenize.protocol`) is one that this
 server's body declares (and takes, or refuses past its default) or one it refuses by name (NOT_TAKEN): none is
 dropped as unknown, which a client of vLLM would not notice."""
 
 import pytest
 
-from pagedllm.entrypoints.protocol import NOT_TAKEN, ChatCompletionRequest, CompletionRequest
+from pagedllm.entrypoints.protocol import NOT_TAKEN, ChatCompletionRequest, CompletionRequest, TokenizeRequest
 from pagedllm.entrypoints.responses_protocol import ResponsesRequest
 
 VLLM_COMPLETION = [
@@ -44,9 +45,15 @@ VLLM_RESPONSES = [
 ]
 
 
+VLLM_TOKENIZE = [  # its chat and completion forms in one body here
+    "add_generation_prompt", "add_special_tokens", "chat_template", "chat_template_kwargs", "continue_final_message",
+    "media_io_kwargs", "messages", "mm_processor_kwargs", "model", "prompt", "return_token_strs", "tools",
+]
+
+
 @pytest.mark.parametrize("body,vllm_fields", [(CompletionRequest, VLLM_COMPLETION), (ChatCompletionRequest, VLLM_CHAT),
-                                              (ResponsesRequest, VLLM_RESPONSES)], ids=["completions", "chat",
-                                                                                        "responses"])
+                                              (ResponsesRequest, VLLM_RESPONSES), (TokenizeRequest, VLLM_TOKENIZE)],
+                         ids=["completions", "chat", "responses", "tokenize"])
 def test_every_vllm_field_is_taken_or_refused_by_name(body, vllm_fields: list[str]) -> None:
     unaccounted = sorted(set(vllm_fields) - set(body.model_fields) - set(NOT_TAKEN))
     assert unaccounted == []
