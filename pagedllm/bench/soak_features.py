@@ -1,6 +1,7 @@
 """The soak's `--mix features` requests: each drawn across the three generating endpoints and what they take
 (n, logprobs, stops, penalties, structured outputs, tool calls, beam search, prompt logprobs, token ids, stream
-intervals, shared request ids, the Responses API and its function calls), streamed or whole, so that a burst runs them all at once under preemption.
+intervals, shared request ids, the Responses API and its function calls), streamed or whole, so that a burst runs
+them all at once under preemption.
 
 Every body fits the soak's small pool (prompts of at most about 60 tokens, n and beams of at most 2), so a
 healthy server answers each with a 200.
