@@ -14,6 +14,7 @@ from fake_serving_engine import FakeEngine
 from server_harness import RunningServer, start_server
 
 from pagedllm.engine.async_engine import AsyncEngine
+from pagedllm.entrypoints.protocol import CompletionRequest
 from pagedllm.entrypoints.server.errors import APIError
 from pagedllm.entrypoints.server.submission import submit
 from pagedllm.sampling_params import SamplingParams
@@ -65,5 +66,6 @@ def test_a_submission_is_refused_when_the_server_filled_up_while_it_was_tokenize
     engine = AsyncEngine(FakeEngine(fake_config()), max_waiting_requests=1)
     engine.is_overloaded = lambda: True  # filled up after the handler's first check
     with pytest.raises(APIError) as info:
-        asyncio.run(submit(engine, "cmpl", [[1, 2, 3]], SamplingParams(max_tokens=2), None))
+        asyncio.run(submit(engine, "cmpl", [[1, 2, 3]], SamplingParams(max_tokens=2), CompletionRequest(prompt=[1, 2, 3]),
+                           {}))
     assert info.value.status == 503
