@@ -25,6 +25,7 @@ RepetitionPenalty = Annotated[float, Field(ge=MIN_REPETITION_PENALTY, le=MAX_REP
 # Each stop string is looked for after every token and each prompt becomes an engine request:
 # unbounded lists would let one request slow every step or flood the queue.
 MAX_STOP_STRINGS = 32
+Stop = str | Annotated[list[str], Field(max_length=MAX_STOP_STRINGS)] | None
 MAX_PROMPTS = 1024
 
 
@@ -87,7 +88,7 @@ class SamplingFields(StrictBody):
     top_k: int | None = None
     min_p: float | None = None
     seed: Int64 | None = None
-    stop: str | Annotated[list[str], Field(max_length=MAX_STOP_STRINGS)] | None = None
+    stop: Stop = None
     stop_token_ids: list[int] | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None

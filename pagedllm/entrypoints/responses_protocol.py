@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, ValidationError
 
-from pagedllm.entrypoints.protocol import (KEEP_EXTRA, ChatCompletionRequest, Int64, RepetitionPenalty, StrictBody,
-                                           Temperature, refuse_not_taken)
+from pagedllm.entrypoints.protocol import (KEEP_EXTRA, ChatCompletionRequest, Int64, RepetitionPenalty, Stop,
+                                           StrictBody, Temperature, refuse_not_taken)
 from pagedllm.errors import InvalidInputError
 
 # the fields a response passes to its chat completion under the same names
@@ -99,14 +99,14 @@ class ResponsesRequest(StrictBody):
     seed: Int64 | None = None  # vLLM's
     cache_salt: str | None = Field(default=None, min_length=1)  # vLLM's: a different salt shares no cached prefix
     priority: Int64 = 0  # vLLM's, as chat's
-    request_id: str | None = None  # vLLM's: the response's id is "resp_<request_id>"
+    request_id: str | None = Field(default=None, min_length=1, max_length=256)  # vLLM's: the id is "resp_<request_id>"
     structured_outputs: dict[str, Any] | None = None  # vLLM's, as chat's (not with a text.format JSON schema)
-    stop: Any = None  # vLLM's extras from here to chat_template_kwargs: chat's fields, checked as chat checks them
-    stop_token_ids: Any = None
-    ignore_eos: Any = None
-    include_stop_str_in_output: Any = None
-    logit_bias: Any = None
-    chat_template_kwargs: Any = None
+    stop: Stop = None  # vLLM's extras from here to chat_template_kwargs: chat's fields, with chat's types and checks
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
+    include_stop_str_in_output: bool = False
+    logit_bias: dict[str, float] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
     prompt_cache_key: str | None = None  # OpenAI's cache hint: taken, as the prefix cache finds shared prefixes itself
     session_id: str | None = None  # vLLM's routing hint, as chat's: taken
     service_tier: str | None = None  # "auto" or "default": there is one tier
@@ -141,9 +141,14 @@ class ResponsesRequest(StrictBody):
             self.input)
         fields = {name: getattr(self, name) for name in CHAT_FIELDS if getattr(self, name) is not None}
         effort = (self.reasoning or {}).get("effort")
-        return ResponseChat(messages=messages, max_completion_tokens=self.max_output_tokens,
-                            response_format=self._response_format(), reasoning_effort=effort,
-                            tools=chat_tools(self.tools), tool_choice=chat_tool_choice(self.tool_choice), **fields)
+        try:
+            return ResponseChat(messages=messages, max_completion_tokens=self.max_output_tokens,
+                                response_format=self._response_format(), reasoning_effort=effort,
+                                tools=chat_tools(self.tools), tool_choice=chat_tool_choice(self.tool_choice), **fields)
+        except ValidationError as exc:  # a value this body took that the chat's fields do not: a 400 naming it
+            error = exc.errors()[0]
+            name = error["loc"][0] if error["loc"] else "input"
+            raise InvalidInputError(f"{name} is not valid: {error['msg']}") from None
 
     @property
     def tool_choice_shown(self) -> str | dict[str, Any]:

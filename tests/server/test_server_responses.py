@@ -137,6 +137,7 @@ def test_a_json_schema_format_is_the_chats_response_format(api: openai.OpenAI, s
     ({"max_tool_calls": 1}, "max_tool_calls"), ({"previous_input_messages": [{}]}, "previous_input_messages"),
     ({"enable_response_messages": True}, "enable_response_messages"), ({"service_tier": "flex"}, "service_tier"),
     ({"vllm_xargs": {"a": 1}}, "vllm_xargs"), ({"kv_transfer_params": {}}, "kv_transfer_params"),
+    ({"stop": False}, "stop"), ({"logit_bias": 5}, "logit_bias"), ({"request_id": ""}, "request_id"),
     ({"max_output_tokens": 0}, "max_output_tokens"), ({"max_output_tokens": 1000}, "max_output_tokens"),
     ({"input": []}, "input"),
     ({"input": [{"role": "robot", "content": "x"}]}, "input"), ({"temperature": "hot"}, "temperature"),
