@@ -18,6 +18,16 @@ from pagedllm.errors import InvalidInputError
 from pagedllm.sampling_params import SamplingParams
 
 
+def beam_temperature(temperature: float) -> float:
+    """The engine's temperature for a vLLM beam search asked at `temperature`: the search scores the model's own
+    log-probabilities, which 0 and 1 (vLLM's server default for beam search) both ask for; any other value asks for
+    something it does not do, so it is refused."""
+    if temperature not in (0.0, 1.0):
+        raise InvalidInputError(f"temperature must be 0 or 1 (or left out) with beam search: beams are scored by the "
+                                f"model's own log-probabilities, got {temperature!r}")
+    return 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class BeamSearchParams:
     """vLLM's fields. temperature: 0 or 1, both the same search (beams are scored by the model's own logprobs);
@@ -36,14 +46,12 @@ class BeamSearchParams:
     def sampling_params(self) -> SamplingParams:
         if not is_int(self.beam_width) or self.beam_width < 1:
             raise InvalidInputError(f"beam_width must be an integer >= 1, got {self.beam_width!r}")
-        if self.temperature not in (0, 1):
-            raise InvalidInputError(f"temperature must be 0 or 1 for beam search (the beams are scored by the model's "
-                                    f"own logprobs), got {self.temperature!r}")
+        temperature = beam_temperature(self.temperature)
         for name in ("structured_outputs", "watermarking"):
             if getattr(self, name):
                 raise InvalidInputError(f"{name} is not supported with beam search")
         return SamplingParams(use_beam_search=True, n=self.beam_width, beam_width=self.beam_width,
-                              max_tokens=self.max_tokens, ignore_eos=self.ignore_eos, temperature=0.0,
+                              max_tokens=self.max_tokens, ignore_eos=self.ignore_eos, temperature=temperature,
                               length_penalty=self.length_penalty, skip_special_tokens=self.skip_special_tokens,
                               include_stop_str_in_output=self.include_stop_str_in_output)
 

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pagedllm.entrypoints.beam_search import beam_temperature
 from pagedllm.entrypoints.tool_calls import ToolChoice, check_tools, resolve_tool_choice
 from pagedllm.errors import InvalidInputError
 from pagedllm.model.chat_template import message_text
@@ -158,18 +159,10 @@ class SamplingFields(StrictBody):
         if self.use_beam_search:  # the search scores the model's own log-probabilities: no sampling defaults
             given = {k: getattr(self, k) for k in optional if getattr(self, k) is not None}
             return {**kwargs, **given, "use_beam_search": True, "length_penalty": self.length_penalty,
-                    "temperature": self._beam_temperature()}
+                    "temperature": beam_temperature(0.0 if self.temperature is None else self.temperature)}
         kwargs.update({k: defaults[k] for k in optional if k in defaults})
         kwargs.update({k: getattr(self, k) for k in optional if getattr(self, k) is not None})
         return kwargs
-
-    def _beam_temperature(self) -> float:
-        """The engine's search scores the model's own log-probabilities: left out, 0 or 1 (vLLM's default for beam
-        search) ask for that; any other temperature asks for something it does not do, so it is refused."""
-        if self.temperature not in (None, 0.0, 1.0):
-            raise InvalidInputError("temperature must be left out, 0 or 1 with use_beam_search: beams are scored by "
-                                    "the model's own log-probabilities")
-        return 0.0
 
     def _logit_bias(self) -> dict[int, float] | None:
         """OpenAI's {"token id": bias} with the ids as strings -> {id: bias}."""
