@@ -1,5 +1,6 @@
 """Engine configuration, validated once at construction."""
 
+import json
 import math
 import os
 import re
@@ -27,6 +28,8 @@ DTYPES = ("auto", "float32", "bfloat16")
 ALLOCATORS = ("paged", "contiguous")
 PREEMPTION_MODES = ("recompute", "swap")
 SCHEDULING_POLICIES = ("fcfs", "priority")
+REASONING_PARSERS = ("deepseek_r1", "qwen3")  # both read a thinking model's <think> ... </think> block
+REASONING_CONFIG_KEYS = ("reasoning_start_str", "reasoning_end_str")
 
 
 def option(default, help: str, choices: tuple[str, ...] | None = None):
@@ -72,6 +75,15 @@ class EngineConfig:
         "auto (CUDA: triton; CPU: compiled kernels where they build, else fast), compiled, fast, reference, "
         "blockwise or triton",
     )
+    reasoning_parser: str | None = option(
+        None, "a thinking model's reasoning tags (<think> ... </think>): the server splits its reasoning from its "
+        "answer, and requests may limit it (thinking_token_budget)", REASONING_PARSERS,
+    )
+    reasoning_config: str | dict | None = option(
+        None, 'vLLM\'s reasoning config, JSON: {"reasoning_start_str": ..., "reasoning_end_str": ...}: the strings '
+        "that open a reasoning block and that a thinking_token_budget forces at its end (defaults: the reasoning "
+        "parser's tags)",
+    )
     served_model_name: str | None = option(None, "model name reported by the API (default: the file name)")
     max_n: int = option(16, "largest n / beam width a request may ask for")
     seed: int = option(0, "engine seed for requests without their own")
@@ -110,6 +122,9 @@ class EngineConfig:
         _require_choice("allocator", self.allocator, ALLOCATORS)
         _require_choice("preemption_mode", self.preemption_mode, PREEMPTION_MODES)
         _require_choice("scheduling_policy", self.scheduling_policy, SCHEDULING_POLICIES)
+        if self.reasoning_parser is not None:
+            _require_choice("reasoning_parser", self.reasoning_parser, REASONING_PARSERS)
+        reasoning_strings(self.reasoning_config)  # a bad config is refused here, not at the first request
         _require_device_name(self.device)
         _require_fraction("gpu_memory_utilization", self.gpu_memory_utilization)
         if not is_int(self.seed) or not -(2**63) <= self.seed < 2**64:
@@ -123,6 +138,27 @@ class EngineConfig:
         name = self.served_model_name
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise InvalidInputError(f"served_model_name must be a non-empty string, got {name!r}")
+
+
+def reasoning_strings(reasoning_config: str | dict | None) -> dict[str, str]:
+    """vLLM's `--reasoning-config` (JSON text or a dict) read and checked: {"reasoning_start_str",
+    "reasoning_end_str"}, each optional, each a non-empty string."""
+    if reasoning_config is None:
+        return {}
+    config = reasoning_config
+    if isinstance(config, str):
+        try:
+            config = json.loads(config)
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(f"reasoning_config must be a JSON object: {exc}") from None
+    if not isinstance(config, dict):
+        raise InvalidInputError(f"reasoning_config must be a JSON object, got {reasoning_config!r:.80}")
+    if unknown := sorted(set(config) - set(REASONING_CONFIG_KEYS)):
+        raise InvalidInputError(f"reasoning_config takes {', '.join(REASONING_CONFIG_KEYS)}; not {unknown}")
+    for key, value in config.items():
+        if not isinstance(value, str) or not value:
+            raise InvalidInputError(f"reasoning_config.{key} must be a non-empty string, got {value!r:.80}")
+    return dict(config)
 
 
 def _memory_size(name: str, value: str | int) -> int:

@@ -49,6 +49,8 @@ class SamplingParams:
     logit_bias: dict[int, float] | None = None  # token id -> added to its logit before sampling, -100..100
     allowed_token_ids: list[int] | None = None  # only these tokens may be sampled (logprobs stay the model's own)
     bad_words: list[str] | None = None  # words never sampled, as vLLM bans them (engine/bad_words.py)
+    # a thinking model's reasoning blocks end after this many tokens (engine/thinking_budget.py); -1 or None: no limit
+    thinking_token_budget: int | None = None
     truncate_prompt_tokens: int | None = None  # keep the prompt's last N tokens (-1: max_model_len), as vLLM does
     # what the output must be (a JSON schema, any JSON object, a regex, a choice, a grammar); a dict of its fields too
     structured_outputs: StructuredOutputsParams | None = None
@@ -158,6 +160,11 @@ class SamplingParams:
                    f"must be <= max_tokens ({mt})", self.min_tokens)
         _check(self.seed is None or is_int(self.seed), "seed",
                "must be an integer or None", self.seed)
+        budget = self.thinking_token_budget
+        _check(budget is None or (is_int(budget) and budget >= -1), "thinking_token_budget",
+               "must be an integer >= 0, or -1 or None for no limit", budget)
+        if budget == -1:
+            self.thinking_token_budget = None
         keep = self.truncate_prompt_tokens
         _check(keep is None or (is_int(keep) and (keep == -1 or keep >= 1)), "truncate_prompt_tokens",
                "must be -1 or an integer >= 1", keep)
@@ -247,6 +254,8 @@ class SamplingParams:
         _check(not self.restricts_tokens, "allowed_token_ids", "is not supported with use_beam_search",
                self.allowed_token_ids)
         _check(not self.bad_words, "bad_words", "is not supported with use_beam_search", self.bad_words)
+        _check(self.thinking_token_budget is None, "thinking_token_budget", "is not supported with use_beam_search",
+               self.thinking_token_budget)
         _check(self.structured_outputs is None, "structured_outputs", "is not supported with use_beam_search",
                self.structured_outputs)
         _check(not self.has_penalties, "presence_penalty/frequency_penalty/repetition_penalty",

@@ -41,3 +41,13 @@ def test_a_chat_template_of_ones_own_reaches_the_template(tmp_path, capsys):
     assert main(["generate", "hi", "--chat", "--chat-template", str(tmp_path / "none.jinja"),
                  "--model", str(tmp_path / "none.gguf")]) == 2
     assert "neither a template nor a file" in capsys.readouterr().err
+
+
+def test_a_thinking_budget_is_forced_with_the_reasoning_tags_and_refused_without(tiny_llama_dir, capsys):
+    base = ["generate", "hi <think>", "--model", str(tiny_llama_dir), "--dtype", "float32", "--max-tokens", "24",
+            "--thinking-token-budget", "2"]
+    assert main(base) == 2
+    assert "thinking_token_budget needs the reasoning tags" in capsys.readouterr().err
+    config = '{"reasoning_start_str": "<think>", "reasoning_end_str": " Stop.</think>"}'
+    assert main(base + ["--reasoning-config", config]) == 0
+    assert " Stop.</think>" in capsys.readouterr().out

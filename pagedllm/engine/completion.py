@@ -9,6 +9,7 @@ from typing import Protocol
 import torch
 
 from pagedllm.engine.detokenizer import IncrementalDetokenizer
+from pagedllm.engine.thinking_budget import ThinkingBudget
 from pagedllm.engine.outputs import CompletionOutput, TokenLogprob
 
 
@@ -26,6 +27,7 @@ class Completion:
     generator: torch.Generator | None
     logprobs: list[TokenLogprob] | None = None  # a list when the request asked for logprobs
     grammar: object | None = None  # with structured outputs: the matcher of its tokens (engine/grammar.py)
+    thinking: ThinkingBudget | None = None  # with a thinking_token_budget: where its reasoning stands
     cumulative_logprob: float = 0.0
     text: str = ""
     new_text: str = ""  # text added since the last output

@@ -22,6 +22,7 @@ from pagedllm.engine.model_runner import ModelRunner, SeqInput
 from pagedllm.engine.pool_memory import block_bytes, num_blocks_for_memory
 from pagedllm.engine.prompt_logprobs import prompt_rows, record_prompt_logprobs
 from pagedllm.engine.output_stage import OutputStage
+from pagedllm.engine.thinking_budget import think_tags
 from pagedllm.engine.outputs import RequestOutput
 from pagedllm.engine.request import Request
 from pagedllm.engine.scheduler import Scheduler
@@ -105,7 +106,9 @@ class LLMEngine:
         self.scheduler = Scheduler(config, self.kv, self.max_model_len, self.swap_space, swap_tokens)
         self.eos_token_ids = _eos_ids(self.model_config, self.tokenizer)
         self.sampling_defaults = _sampling_defaults(self.model_config.sampling_defaults, path)
-        self.output_stage = OutputStage(self.tokenizer, self.eos_token_ids, config.seed, self.device)
+        vocab = self.model_config.vocab_size
+        tags = think_tags(config.reasoning_parser, config.reasoning_config, self.tokenizer, vocab)
+        self.output_stage = OutputStage(self.tokenizer, self.eos_token_ids, config.seed, self.device, tags)
         self.grammars = GrammarCompiler(self.tokenizer, self.model_config.vocab_size, self.eos_token_ids)
         self.requests: dict[str, Request] = {}
         self._ids = itertools.count()

@@ -18,6 +18,8 @@ from pagedllm.engine.request import Request, Sequence
 from pagedllm.engine.sampler import SampleResult, SamplingRow, make_generator, sample
 from pagedllm.engine.step_logits import StepLogits, greedy_only
 from pagedllm.engine.step import SchedulerOutput
+from pagedllm.engine.thinking_budget import THINKING_NEEDS_TAGS, ThinkingBudget, ThinkTags
+from pagedllm.errors import InvalidInputError
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +36,10 @@ class _Target:
 
 class OutputStage:
     def __init__(
-        self, tokenizer: Tokenizer, eos_token_ids: set[int], seed: int, device: torch.device | str = "cpu"
+        self, tokenizer: Tokenizer, eos_token_ids: set[int], seed: int, device: torch.device | str = "cpu",
+        think_tags: ThinkTags | None = None,
     ) -> None:
+        self.think_tags = think_tags  # the reasoning tags a thinking_token_budget goes by (None: none can)
         self.tokenizer = direct_decoder(tokenizer)
         self.eos_token_ids = eos_token_ids
         self.tokenizer_eos = tokenizer.eos_token_id  # the end token reported as no stop_reason
@@ -56,7 +60,16 @@ class OutputStage:
         detokenizer = IncrementalDetokenizer(self.tokenizer, params, request.prompt_token_ids, stop_ids)
         logprobs = [] if params.logprobs is not None else None
         grammar = None if request.grammar is None else new_matcher(request.grammar)
-        return Completion(index, detokenizer, self._generator(request, index), logprobs, grammar)
+        return Completion(index, detokenizer, self._generator(request, index), logprobs, grammar,
+                          self._thinking(request))
+
+    def _thinking(self, request: Request) -> ThinkingBudget | None:
+        budget = request.params.thinking_token_budget
+        if budget is None:
+            return None
+        if self.think_tags is None:
+            raise InvalidInputError(THINKING_NEEDS_TAGS)
+        return ThinkingBudget(self.think_tags, budget, request.prompt_token_ids)
 
     def _generator(self, request: Request, index: int) -> torch.Generator:
         """Completion `index`'s own random stream: from the request's seed, else from the engine's seed."""
@@ -129,8 +142,10 @@ class OutputStage:
 
 
 def _sampling_row(request: Request, seq: Sequence, completion: Completion) -> SamplingRow:
+    thinking = completion.thinking
+    forced = None if thinking is None else thinking.forced_token(seq.output_ids)
     return SamplingRow(request.params, completion.generator, request.prompt_token_ids, seq.output_ids,
-                       request.bad_word_spellings, completion.grammar)
+                       request.bad_word_spellings, completion.grammar, forced)
 
 
 def _beam_step(request: Request, items: list[tuple[Sequence, int]], logits: StepLogits) -> BeamStep:

@@ -1,8 +1,9 @@
 """Sampler: turns one step's logits into one token per row (plus beam-search candidates).
 
 Order per row: grammar (structured outputs) -> allowed tokens -> logit bias -> penalties -> bad words ->
-min_tokens masking -> (greedy argmax) or temperature -> min-p -> top-k -> top-p (renormalised among what min-p and
-top-k leave, as vLLM orders them) -> inverse-CDF draw.
+min_tokens masking -> a forced token (a thinking budget's end: every other token -inf) -> (greedy argmax) or
+temperature -> min-p -> top-k -> top-p (renormalised among what min-p and top-k leave, as vLLM orders them) ->
+inverse-CDF draw.
 
 Logprobs (the chosen token's and the top-k alternatives) come from the
 log-softmax of the raw model logits, before penalties, temperature and
@@ -38,6 +39,7 @@ class SamplingRow:
     output_ids: list[int]
     bad_word_spellings: list[list[int]] = field(default_factory=list)  # engine/bad_words.py
     grammar: object | None = None  # structured outputs: the completion's matcher (engine/grammar.py)
+    forced_token: int | None = None  # the token this step must write (a thinking budget's end: thinking_budget.py)
 
 
 @dataclass(slots=True)
@@ -79,6 +81,7 @@ def sample(logits: torch.Tensor, rows: list[SamplingRow], eos_token_ids: set[int
         logits = apply_penalties(apply_logit_bias(keep_allowed_tokens(logits.clone(), rows), rows), rows)
         ban_bad_words(logits, [r.bad_word_spellings for r in rows], [r.output_ids for r in rows])
         mask_stop_tokens(logits, rows, eos_token_ids)
+        force_tokens(logits, rows)
         picks = None  # the raw logits' argmax no longer holds
     tokens = torch.empty(len(rows), dtype=torch.long, device=logits.device)
     greedy = [i for i, r in enumerate(rows) if r.params.greedy]
@@ -121,10 +124,10 @@ def _log_normaliser(raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | Non
 
 def changes_logits(row: SamplingRow) -> bool:
     """Whether the row's logits are changed before its pick, past its logprobs: allowed tokens, a logit bias,
-    penalties, bad words, or stop tokens masked (min_tokens)."""
+    penalties, bad words, stop tokens masked (min_tokens), or a forced token."""
     params = row.params
     return (params.restricts_tokens or params.has_logit_bias or params.has_penalties or bool(row.bad_word_spellings)
-            or len(row.output_ids) < params.min_tokens)
+            or len(row.output_ids) < params.min_tokens or row.forced_token is not None)
 
 
 def keep_allowed_tokens(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
@@ -166,6 +169,14 @@ def apply_penalties(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tens
     sub = sub - freq * out_counts - pres * (out_counts > 0).to(sub.dtype)
     logits[picked] = sub
     return logits
+
+
+def force_tokens(logits: torch.Tensor, rows: list[SamplingRow]) -> None:
+    """-inf, in place, for every token but a row's forced one, which any pick then takes."""
+    for i, row in enumerate(rows):
+        if row.forced_token is not None:
+            logits[i].fill_(float("-inf"))
+            logits[i, row.forced_token] = 0.0
 
 
 def mask_stop_tokens(logits: torch.Tensor, rows: list[SamplingRow], eos_token_ids: set[int]) -> None:

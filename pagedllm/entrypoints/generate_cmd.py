@@ -25,6 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--repetition-penalty", type=float, default=1.0)
     s.add_argument("--sample-seed", type=int, default=None, help="seed of this request's sampling")
     s.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    s.add_argument("--thinking-token-budget", type=int, default=None,
+                   help="end a reasoning block after this many tokens (needs --reasoning-parser or --reasoning-config)")
     s.add_argument("--stats", action="store_true", help="print KV and timing statistics after the answer")
     add_engine_arguments(parser)
 
@@ -46,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         min_p=args.min_p,
         repetition_penalty=args.repetition_penalty,
+        thinking_token_budget=args.thinking_token_budget,
         seed=args.sample_seed,
         stop=args.stop,
     )

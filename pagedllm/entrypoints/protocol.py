@@ -28,6 +28,7 @@ RepetitionPenalty = Annotated[float, Field(ge=MIN_REPETITION_PENALTY, le=MAX_REP
 MAX_STOP_STRINGS = 32
 Stop = str | Annotated[list[str], Field(max_length=MAX_STOP_STRINGS)] | None
 MAX_PROMPTS = 1024
+ThinkingBudget = Annotated[int, Field(ge=-1)] | None  # -1 or null: no limit
 
 
 class StrictBody(BaseModel):
@@ -53,7 +54,6 @@ NOT_TAKEN = {
     "guided_grammar": _GUIDED,
     "logprob_token_ids": "logprobs give the top-k only",
     "repetition_detection": "use stop strings or a repetition_penalty",
-    "thinking_token_budget": "reasoning is not limited apart from max_tokens",
     "vllm_xargs": "there are no custom extensions",
     "watermarking": "outputs are not watermarked",
     "return_token_offsets": "use /tokenize",
@@ -113,6 +113,7 @@ class SamplingFields(StrictBody):
     truncate_prompt_tokens: int | None = None  # vLLM's: keep the prompt's last N tokens (-1: max_model_len)
     allowed_token_ids: list[int] | None = None  # vLLM's: only these tokens may be sampled
     bad_words: list[str] | None = None  # vLLM's: words never sampled
+    thinking_token_budget: ThinkingBudget = None  # vLLM's: reasoning blocks end after this many tokens
     truncation_side: Literal["left"] | None = None
     structured_outputs: dict[str, Any] | None = None  # vLLM's: json, regex, choice, grammar or json_object
     use_beam_search: bool = False  # vLLM's: n beams (pagedllm/engine/beam.py); not streamed by /v1/completions
@@ -153,6 +154,7 @@ class SamplingFields(StrictBody):
             "include_stop_str_in_output": self.include_stop_str_in_output, "logit_bias": self._logit_bias(),
             "allowed_token_ids": self.allowed_token_ids, "truncate_prompt_tokens": self.truncate_prompt_tokens,
             "bad_words": self.bad_words, "structured_outputs": self._structured_outputs(),
+            "thinking_token_budget": self.thinking_token_budget,
         }
         optional = ("temperature", "top_p", "top_k", "min_p", "presence_penalty",
                     "frequency_penalty", "repetition_penalty")

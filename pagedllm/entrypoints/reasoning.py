@@ -10,10 +10,10 @@ answer is all content). Where the reasoning is not open, the whole answer is con
 
 from __future__ import annotations
 
+from pagedllm.config import REASONING_PARSERS
+from pagedllm.engine.thinking_budget import THINK_END as END
+from pagedllm.engine.thinking_budget import THINK_START as START
 from pagedllm.entrypoints.text_tags import partial_tag_overlap
-
-START, END = "<think>", "</think>"
-REASONING_PARSERS = ("deepseek_r1", "qwen3")
 
 
 def opens_in_reasoning(parser: str, prompt_tail: str) -> bool:

@@ -14,14 +14,14 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, ValidationError
 
 from pagedllm.entrypoints.protocol import (KEEP_EXTRA, ChatCompletionRequest, Int64, RepetitionPenalty, Stop,
-                                           StrictBody, Temperature, refuse_not_taken)
+                                           StrictBody, Temperature, ThinkingBudget, refuse_not_taken)
 from pagedllm.errors import InvalidInputError
 
 # the fields a response passes to its chat completion under the same names
 CHAT_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
                "seed", "user", "skip_special_tokens", "include_reasoning", "stream", "parallel_tool_calls",
                "cache_salt", "priority", "request_id", "structured_outputs", "stop", "stop_token_ids", "ignore_eos",
-               "include_stop_str_in_output", "logit_bias", "chat_template_kwargs")
+               "include_stop_str_in_output", "logit_bias", "chat_template_kwargs", "thinking_token_budget")
 
 
 class InputText(StrictBody):
@@ -107,6 +107,7 @@ class ResponsesRequest(StrictBody):
     include_stop_str_in_output: bool = False
     logit_bias: dict[str, float] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    thinking_token_budget: ThinkingBudget = None  # vLLM's chat field, taken here too: reasoning models answer here
     prompt_cache_key: str | None = None  # OpenAI's cache hint: taken, as the prefix cache finds shared prefixes itself
     session_id: str | None = None  # vLLM's routing hint, as chat's: taken
     service_tier: str | None = None  # "auto" or "default": there is one tier

@@ -11,7 +11,6 @@ from typing import Any
 
 from pagedllm.entrypoints.engine_args import add_engine_arguments, engine_config_from_args
 from pagedllm.entrypoints.server import DEFAULT_MAX_REQUEST_BYTES
-from pagedllm.entrypoints.reasoning import REASONING_PARSERS
 from pagedllm.entrypoints.tool_calls import TOOL_CALL_PARSERS
 
 API_KEY_ENV = "PAGEDLLM_API_KEY"
@@ -41,8 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chat-template", default=None,
                         help="the chat template for chats, in place of the model's: a Jinja file, or the template "
                              "itself (text holding {, } or a newline), as vLLM takes it")
-    parser.add_argument("--reasoning-parser", default=None, choices=list(REASONING_PARSERS),
-                        help="split a thinking model's <think> reasoning from its answer (the message's reasoning)")
     add_engine_arguments(parser)
 
 

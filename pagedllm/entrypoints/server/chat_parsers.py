@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pagedllm.entrypoints.reasoning import REASONING_PARSERS
+from pagedllm.config import REASONING_PARSERS
 from pagedllm.entrypoints.tool_calls import TOOL_CALL_PARSERS
 from pagedllm.errors import InvalidInputError
 
