@@ -3,7 +3,8 @@
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["LLM", "BeamSearchParams", "SamplingParams", "StructuredOutputsParams", "__version__"]
+__all__ = ["LLM", "BeamSearchParams", "RepetitionDetectionParams", "SamplingParams", "StructuredOutputsParams",
+           "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -20,6 +21,10 @@ def __getattr__(name: str) -> Any:
         from pagedllm.entrypoints.beam_search import BeamSearchParams
 
         return BeamSearchParams
+    if name == "RepetitionDetectionParams":
+        from pagedllm.repetition_detection import RepetitionDetectionParams
+
+        return RepetitionDetectionParams
     if name == "StructuredOutputsParams":
         from pagedllm.structured_outputs import StructuredOutputsParams
 

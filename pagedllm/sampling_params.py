@@ -6,6 +6,7 @@ from typing import Literal, NoReturn
 
 from pagedllm.checks import is_int
 from pagedllm.errors import InvalidInputError
+from pagedllm.repetition_detection import RepetitionDetectionParams
 from pagedllm.structured_outputs import StructuredOutputsParams
 
 MAX_LOGPROBS = 20
@@ -51,6 +52,8 @@ class SamplingParams:
     bad_words: list[str] | None = None  # words never sampled, as vLLM bans them (engine/bad_words.py)
     # a thinking model's reasoning blocks end after this many tokens (engine/thinking_budget.py); -1 or None: no limit
     thinking_token_budget: int | None = None
+    # end a completion whose output repeats a pattern of tokens (finish_reason "repetition"), as vLLM's; a dict too
+    repetition_detection: RepetitionDetectionParams | None = None
     truncate_prompt_tokens: int | None = None  # keep the prompt's last N tokens (-1: max_model_len), as vLLM does
     # what the output must be (a JSON schema, any JSON object, a regex, a choice, a grammar); a dict of its fields too
     structured_outputs: StructuredOutputsParams | None = None
@@ -105,6 +108,11 @@ class SamplingParams:
             ids |= set(eos_token_ids)
         return ids
 
+    def min_tokens_banned(self, eos_token_ids: set[int] | frozenset[int]) -> set[int]:
+        """Token ids no pick may take before min_tokens: stop_token_ids and EOS, with ignore_eos too (EOS then ends
+        nothing, yet vLLM holds it back as well)."""
+        return set(self.stop_token_ids) | set(eos_token_ids)
+
     def stop_reason(self, token: int, tokenizer_eos: int | None) -> int | None:
         """What a sequence stopped by `token` reports, as vLLM does: None for the tokenizer's end token, the id
         of any other (stop_token_ids, the model's other end tokens)."""
@@ -138,6 +146,8 @@ class SamplingParams:
             self.top_k = 0
         if self.structured_outputs is not None:
             self.structured_outputs = StructuredOutputsParams.from_value(self.structured_outputs)
+        if self.repetition_detection is not None:
+            self.repetition_detection = RepetitionDetectionParams.from_value(self.repetition_detection)
         if self.use_beam_search and self.beam_width is None:
             self.beam_width = self.n
         # Integer-valued floats from JSON (e.g. temperature=1) are fine; store floats.
@@ -256,6 +266,8 @@ class SamplingParams:
         _check(not self.bad_words, "bad_words", "is not supported with use_beam_search", self.bad_words)
         _check(self.thinking_token_budget is None, "thinking_token_budget", "is not supported with use_beam_search",
                self.thinking_token_budget)
+        _check(self.repetition_detection is None, "repetition_detection", "is not supported with use_beam_search",
+               self.repetition_detection)
         _check(self.structured_outputs is None, "structured_outputs", "is not supported with use_beam_search",
                self.structured_outputs)
         _check(not self.has_penalties, "presence_penalty/frequency_penalty/repetition_penalty",

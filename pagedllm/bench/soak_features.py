@@ -70,8 +70,8 @@ def _response(rng: random.Random, i: int) -> tuple[str, dict[str, Any]]:
 
 
 def _sampling(rng: random.Random, body: dict[str, Any]) -> None:
-    """Sampling fields both token endpoints take: n, temperature, stops, penalties; vLLM's stream_interval and
-    request_id (a few ids shared, so that requests running together share one)."""
+    """Sampling fields both token endpoints take: n, temperature, stops, penalties; vLLM's stream_interval,
+    repetition_detection and request_id (a few ids shared, so that requests running together share one)."""
     body["n"] = rng.randint(1, 2)
     if body["stream"] and rng.random() < 0.3:
         body["stream_interval"] = rng.randint(2, 4)
@@ -82,3 +82,5 @@ def _sampling(rng: random.Random, body: dict[str, Any]) -> None:
         body["stop"] = rng.choice([".", ["a", "the"]])
     if rng.random() < 0.15:
         body.update(presence_penalty=0.5, frequency_penalty=0.3, repetition_penalty=1.1)
+    if rng.random() < 0.15:
+        body["repetition_detection"] = {"max_pattern_size": rng.randint(1, 8), "min_count": rng.randint(2, 3)}

@@ -243,8 +243,8 @@ class LLMEngine:
     ) -> Request:
         width = params.beam_width if params.use_beam_search else params.n
         vocab = self.model_config.vocab_size
-        stop_ids = params.stop_ids(self.eos_token_ids)
-        if params.restricts_tokens and params.min_tokens and set(params.allowed_token_ids) <= stop_ids:
+        banned = params.min_tokens_banned(self.eos_token_ids)
+        if params.restricts_tokens and params.min_tokens and set(params.allowed_token_ids) <= banned:
             raise InvalidInputError("allowed_token_ids are all stop tokens, which min_tokens forbids at first: no "
                                     "token could be sampled")
         for name, ids in (("stop_token_ids", params.stop_token_ids), ("logit_bias", params.logit_bias or {}),

@@ -17,7 +17,7 @@ class SampledToken:
     logprob: float
     top_logprobs: dict[int, float] | None
     fork: bool = False  # n > 1: a new sequence forks `seq` (before `seq` gets its own token) and gets this one
-    finish_reason: str | None = None  # "stop" or "length" when this token ends the sequence
+    finish_reason: str | None = None  # "stop", "length" or "repetition" when this token ends the sequence
     stop_reason: int | str | None = None
     rank: int | None = None  # the token's rank in the vocabulary, where logprobs are asked for
 

@@ -20,6 +20,7 @@ from pagedllm.engine.step_logits import StepLogits, greedy_only
 from pagedllm.engine.step import SchedulerOutput
 from pagedllm.engine.thinking_budget import THINKING_NEEDS_TAGS, ThinkingBudget, ThinkTags
 from pagedllm.errors import InvalidInputError
+from pagedllm.repetition_detection import REPETITION, REPETITION_DETECTED, ends_in_repetition
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +139,10 @@ class OutputStage:
             return "stop", params.stop_reason(token, self.tokenizer_eos)
         if len(seq.token_ids) + 1 >= request.max_total_len:
             return "length", None
+        repetition = params.repetition_detection
+        if repetition is not None and num_out >= params.min_tokens and ends_in_repetition(seq.output_ids + [token],
+                                                                                          repetition):
+            return REPETITION, REPETITION_DETECTED
         return None, None
 
 

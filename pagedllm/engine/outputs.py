@@ -52,7 +52,7 @@ class CompletionOutput:
     text: str  # detokenized text so far (stop strings removed)
     token_ids: list[int]
     logprobs: list[TokenLogprob] | None  # one entry per token when asked for
-    finish_reason: str | None  # None while running; "stop", "length" or "abort" when done
+    finish_reason: str | None  # None while running; "stop", "length", "repetition" or "abort" when done
     cumulative_logprob: float = 0.0
     stop_reason: int | str | None = None  # the stop string or stop token id that ended it
     # What this output adds to the previous output of the same completion (streaming reads these):

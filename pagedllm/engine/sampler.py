@@ -183,7 +183,7 @@ def mask_stop_tokens(logits: torch.Tensor, rows: list[SamplingRow], eos_token_id
     """Forbid EOS / stop tokens for rows that have not yet produced min_tokens, in place."""
     for i, row in enumerate(rows):
         if len(row.output_ids) < row.params.min_tokens:
-            banned = list(row.params.stop_ids(eos_token_ids))
+            banned = list(row.params.min_tokens_banned(eos_token_ids))
             if banned:
                 logits[i, _index(banned, logits)] = float("-inf")
 

@@ -53,7 +53,6 @@ NOT_TAKEN = {
     "guided_choice": _GUIDED,
     "guided_grammar": _GUIDED,
     "logprob_token_ids": "logprobs give the top-k only",
-    "repetition_detection": "use stop strings or a repetition_penalty",
     "vllm_xargs": "there are no custom extensions",
     "watermarking": "outputs are not watermarked",
     "return_token_offsets": "use /tokenize",
@@ -114,6 +113,7 @@ class SamplingFields(StrictBody):
     allowed_token_ids: list[int] | None = None  # vLLM's: only these tokens may be sampled
     bad_words: list[str] | None = None  # vLLM's: words never sampled
     thinking_token_budget: ThinkingBudget = None  # vLLM's: reasoning blocks end after this many tokens
+    repetition_detection: dict[str, Any] | None = None  # vLLM's: end an output that repeats a pattern
     truncation_side: Literal["left"] | None = None
     structured_outputs: dict[str, Any] | None = None  # vLLM's: json, regex, choice, grammar or json_object
     use_beam_search: bool = False  # vLLM's: n beams (pagedllm/engine/beam.py); not streamed by /v1/completions
@@ -154,7 +154,7 @@ class SamplingFields(StrictBody):
             "include_stop_str_in_output": self.include_stop_str_in_output, "logit_bias": self._logit_bias(),
             "allowed_token_ids": self.allowed_token_ids, "truncate_prompt_tokens": self.truncate_prompt_tokens,
             "bad_words": self.bad_words, "structured_outputs": self._structured_outputs(),
-            "thinking_token_budget": self.thinking_token_budget,
+            "thinking_token_budget": self.thinking_token_budget, "repetition_detection": self.repetition_detection,
         }
         optional = ("temperature", "top_p", "top_k", "min_p", "presence_penalty",
                     "frequency_penalty", "repetition_penalty")

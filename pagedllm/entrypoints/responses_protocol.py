@@ -21,7 +21,8 @@ from pagedllm.errors import InvalidInputError
 CHAT_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
                "seed", "user", "skip_special_tokens", "include_reasoning", "stream", "parallel_tool_calls",
                "cache_salt", "priority", "request_id", "structured_outputs", "stop", "stop_token_ids", "ignore_eos",
-               "include_stop_str_in_output", "logit_bias", "chat_template_kwargs", "thinking_token_budget")
+               "include_stop_str_in_output", "logit_bias", "chat_template_kwargs", "thinking_token_budget",
+               "repetition_detection")
 
 
 class InputText(StrictBody):
@@ -108,6 +109,7 @@ class ResponsesRequest(StrictBody):
     logit_bias: dict[str, float] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     thinking_token_budget: ThinkingBudget = None  # vLLM's chat field, taken here too: reasoning models answer here
+    repetition_detection: dict[str, Any] | None = None  # vLLM's chat field, taken here too
     prompt_cache_key: str | None = None  # OpenAI's cache hint: taken, as the prefix cache finds shared prefixes itself
     session_id: str | None = None  # vLLM's routing hint, as chat's: taken
     service_tier: str | None = None  # "auto" or "default": there is one tier

@@ -172,6 +172,15 @@ def test_min_tokens_masks_eos_and_stop_ids():
     assert sample(logits, [row(params, output=[1, 1])], EOS)[0].token_id == 3
 
 
+def test_min_tokens_holds_eos_back_under_ignore_eos_too_as_vllm_does():
+    logits = torch.zeros(1, V)
+    eos = next(iter(EOS))
+    logits[0, eos], logits[0, 5] = 9.0, 1.0
+    params = SamplingParams(temperature=0, min_tokens=2, ignore_eos=True)
+    assert sample(logits, [row(params, output=[1])], EOS)[0].token_id == 5
+    assert sample(logits, [row(params, output=[1, 1])], EOS)[0].token_id == eos  # past min_tokens: EOS ends nothing
+
+
 def test_beam_candidates_topk_over_all_beams():
     logits = rand_logits(3)
     cum = torch.tensor([-1.0, -0.5, -3.0])

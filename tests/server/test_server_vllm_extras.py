@@ -221,7 +221,7 @@ def test_an_x_request_id_header_names_the_response_before_the_body(http: httpx.C
     assert response.status_code == 200 and response.json()["id"] == prefix + "from-header"
 
 
-NOT_TAKEN = ["repetition_detection", "vllm_xargs", "watermarking",
+NOT_TAKEN = ["vllm_xargs", "watermarking",
              "return_token_offsets", "return_prompt_text", "prompt_embeds", "kv_transfer_params",
              "ec_transfer_params", "mm_payload", "mm_processor_kwargs", "media_io_kwargs", "return_mm_kwargs",
              "routed_experts_prompt_start"]
