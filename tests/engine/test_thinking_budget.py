@@ -3,6 +3,7 @@ goes by, and the engine's outputs: the model's own tokens up to the budget, then
 answer after it, as if the forced text had been in the prompt."""
 
 import pytest
+from test_bad_words import WordTokenizer
 from test_engine import GREEDY, make_engine, random_prompts, run_all
 
 from pagedllm.config import EngineConfig
@@ -60,17 +61,8 @@ def test_the_budget_takes_the_output_however_many_tokens_arrive_between_calls():
     assert budget.forced_token([10, 11, 93, 94, 92]) is None
 
 
-class Tokenizer:
-    def __init__(self, table: dict[str, list[int]]) -> None:
-        self.table = table
-
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        assert add_special_tokens is False
-        return self.table.get(text, [])
-
-
 def test_the_tags_come_from_the_parser_and_the_config_overrides_the_start_and_the_forced_end():
-    tok = Tokenizer({"<think>": [1], "</think>": [2], "<r>": [3], "Stop.</think>": [4, 2], "<big>": [5, 60]})
+    tok = WordTokenizer({"<think>": [1], "</think>": [2], "<r>": [3], "Stop.</think>": [4, 2], "<big>": [5, 60]})
     assert think_tags(None, None, tok, 50) is None
     assert think_tags("qwen3", None, tok, 50) == ThinkTags((1,), (2,), (2,))
     assert think_tags("qwen3", '{"reasoning_end_str": "Stop.</think>"}', tok, 50) == ThinkTags((1,), (2,), (4, 2))
