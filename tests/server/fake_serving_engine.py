@@ -126,6 +126,14 @@ class FakeEngine:
     def compile_constraint(self, params: SamplingParams) -> None:
         """The fake engine ignores structured outputs."""
 
+    def reset_prefix_cache(self) -> bool:
+        """As LLMEngine's: refused while requests run; else the cached blocks become plain free ones."""
+        if self.running:
+            return False
+        self.pool.free.extend(self.pool.cached)
+        self.pool.cached.clear()
+        return True
+
     def abort_request(self, request_id: str) -> None:
         req = self.requests.pop(request_id, None)
         if req is None:

@@ -1,4 +1,4 @@
-"""--api-key: every route but /health needs the key; the dashboard opens once with ?api_key=."""
+"""--api-key: every route but /health and /ping needs the key; the dashboard opens once with ?api_key=."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
 PROTECTED = [("GET", "/v1/models", None), ("GET", "/v1/models/fake-model", None), ("GET", "/metrics", None),
              ("GET", "/v1/kv", None), ("GET", "/dashboard", None), ("GET", "/dashboard.js", None),
              ("GET", "/openapi.json", None), ("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2}),
-             ("POST", "/v1/chat/completions", CHAT), ("GET", "/no/such/route", None)]
+             ("POST", "/v1/chat/completions", CHAT), ("POST", "/reset_prefix_cache", None),
+             ("GET", "/no/such/route", None)]
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +62,7 @@ def test_the_key_opens_every_route(http: httpx.Client, method: str, path: str, b
 
 def test_health_is_open(http: httpx.Client) -> None:
     assert http.get("/health").status_code == 200
+    assert http.get("/ping").status_code == 200 and http.post("/ping").json() == {"status": "ok"}
 
 
 def test_openai_client_with_and_without_the_key(server: RunningServer) -> None:

@@ -9,7 +9,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from pagedllm.engine.async_engine import AsyncEngine
-from pagedllm.entrypoints.server import DEFAULT_MAX_REQUEST_BYTES, chat, completions, info, responses, tokenize
+from pagedllm.entrypoints.server import (DEFAULT_MAX_REQUEST_BYTES, chat, completions, info, prefix_cache, responses,
+                                         tokenize)
 from pagedllm.entrypoints.server.auth import APIKeyAuth
 from pagedllm.entrypoints.server.body_limit import BodyLimit
 from pagedllm.entrypoints.server.errors import install_error_handlers
@@ -54,6 +55,6 @@ def create_app(engine: AsyncEngine, metrics: ServerMetrics, shutdown_timeout: fl
     if api_key is not None:
         app.add_middleware(APIKeyAuth, api_key=api_key)  # added last: runs first
     install_error_handlers(app)
-    for module in (completions, chat, responses, tokenize, info):
+    for module in (completions, chat, responses, tokenize, info, prefix_cache):
         app.include_router(module.router)
     return app

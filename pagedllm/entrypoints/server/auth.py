@@ -1,4 +1,4 @@
-"""ASGI middleware: with --api-key, every route but /health needs the key (compared in constant time).
+"""ASGI middleware: with --api-key, every route but /health and /ping needs the key (compared in constant time).
 
 Clients send `Authorization: Bearer <key>`, as OpenAI clients do. A browser cannot add that
 header to a page load, so the dashboard is opened once as /dashboard?api_key=<key>: the server
@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pagedllm.entrypoints.server.errors import error_response, unauthorized
 
-OPEN_PATHS = frozenset({"/health"})
+OPEN_PATHS = frozenset({"/health", "/ping"})  # health checks
 COOKIE = "pagedllm_session"
 _READ_ONLY = frozenset({"GET", "HEAD"})
 

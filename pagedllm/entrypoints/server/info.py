@@ -1,4 +1,4 @@
-"""Read-only endpoints: models, health, version, Prometheus metrics, the KV pool snapshot, the dashboard."""
+"""Read-only endpoints: models, health (and /ping), version, Prometheus metrics, the KV pool snapshot, the dashboard."""
 
 from __future__ import annotations
 
@@ -50,6 +50,13 @@ async def get_model(model_id: str, request: Request) -> dict[str, Any]:
 async def health(request: Request) -> JSONResponse:
     ok = request.app.state.engine.running
     return JSONResponse({"status": "ok" if ok else "engine stopped"}, status_code=200 if ok else 503)
+
+
+@router.post("/ping")
+@read_only("/ping")
+async def ping(request: Request) -> JSONResponse:
+    """vLLM's (SageMaker's) health check, GET or POST: /health's answer."""
+    return await health(request)
 
 
 @read_only("/version")
