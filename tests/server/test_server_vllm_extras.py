@@ -132,6 +132,17 @@ def test_chat_token_ids_whole_and_streamed_agree(http: httpx.Client) -> None:
     assert streamed == whole["choices"][0]["token_ids"] and len(streamed) == 4
 
 
+def test_chat_prompt_text_is_the_templated_prompt_whole_and_in_the_first_chunk(http: httpx.Client,
+                                                                              engine) -> None:
+    base = {"messages": MSG, "max_tokens": 2, "temperature": 0, "return_prompt_text": True, "n": 2}
+    whole = post(http, "/v1/chat/completions", **base)
+    templated = engine.tokenizer.apply_chat_template(MSG, tokenize=False, add_generation_prompt=True)
+    assert whole["prompt_text"] == templated
+    events = chunks(http, "/v1/chat/completions", **base)
+    assert events[0]["prompt_text"] == templated and all("prompt_text" not in e for e in events[1:])
+    assert "prompt_text" not in post(http, "/v1/chat/completions", **{**base, "return_prompt_text": False})
+
+
 def test_tokens_as_token_ids_name_every_logprob_by_its_id(http: httpx.Client) -> None:
     base = {"prompt": PROMPT, "max_tokens": 3, "temperature": 0, "ignore_eos": True, "logprobs": 2,
             "return_token_ids": True, "return_tokens_as_token_ids": True}
@@ -222,7 +233,7 @@ def test_an_x_request_id_header_names_the_response_before_the_body(http: httpx.C
 
 
 NOT_TAKEN = ["vllm_xargs", "watermarking",
-             "return_token_offsets", "return_prompt_text", "prompt_embeds", "kv_transfer_params",
+             "return_token_offsets", "prompt_embeds", "kv_transfer_params",
              "ec_transfer_params", "mm_payload", "mm_processor_kwargs", "media_io_kwargs", "return_mm_kwargs",
              "routed_experts_prompt_start"]
 

@@ -41,8 +41,10 @@ async def create_chat_completion(request: Request) -> Any:
     params = body.to_sampling_params(engine.sampling_defaults, tools)
     prompt, params, opened = await chat_prompt(request, body, params)
     chat_text = ChatText(tools, opened, body.include_reasoning, body.echoed_text(), request.app.state.think_ids)
+    # what the model is fed, as text: the template's output as tokenized (and cut, with truncate_prompt_tokens)
+    prompt_text = await request.app.state.prompts.decode(prompt) if body.return_prompt_text else None
     submission = await submit(engine, "chatcmpl", [prompt], params, body, request.headers)
-    view = _View(body, submission, params.n, request.app.state.token_text, chat_text)
+    view = _View(body, submission, params.n, request.app.state.token_text, chat_text, prompt_text)
     if body.stream:
         return StreamingResponse(view.stream(), media_type="text/event-stream", headers=sse.HEADERS)
     finals = await until_disconnected(request, submission.collect(), submission)
@@ -88,8 +90,9 @@ class _View:
     """Shapes one chat call's engine outputs into the OpenAI response or chunks."""
 
     def __init__(self, body: ChatCompletionRequest, submission: Submission, n: int, text_of: TokenText,
-                 chat_text: ChatText) -> None:
+                 chat_text: ChatText, prompt_text: str | None) -> None:
         self.body, self.submission, self.n, self.text_of = body, submission, n, text_of
+        self.prompt_text = prompt_text  # where return_prompt_text asked for it
         self.names = TokenIdText(text_of) if body.return_tokens_as_token_ids else text_of  # tokens in logprobs
         self.usage = sse.ChunkUsage(body.stream_options, submission.prompt_lengths)
         self.chat_text = chat_text
@@ -114,6 +117,8 @@ class _View:
             response["prompt_logprobs"] = vllm_prompt_logprobs(final.prompt_logprobs or [], self.text_of)
         if self.body.return_token_ids:
             response["prompt_token_ids"] = final.prompt_token_ids
+        if self.prompt_text is not None:
+            response["prompt_text"] = self.prompt_text
         return response
 
     def _token_ids(self, token_ids: list[int]) -> dict[str, Any]:
@@ -151,11 +156,13 @@ class _View:
         return self._chunk({**choice, "logprobs": logprobs, **self._token_ids(token_ids)}, len(token_ids))
 
     def _role_chunk(self, index: int) -> str:
-        """A choice's first chunk; the first of all carries the prompt's token ids, where asked for."""
+        """A choice's first chunk; the first of all carries the prompt's token ids and text, where asked for."""
         chunk = self._envelope("chat.completion.chunk", [{"index": index, "delta": {"role": "assistant", "content": ""},
                                                           "logprobs": None, "finish_reason": None}])
         if self.body.return_token_ids:
             chunk["prompt_token_ids"] = self.submission.prompts[0] if index == 0 else None
+        if self.prompt_text is not None and index == 0:
+            chunk["prompt_text"] = self.prompt_text
         return sse.event(self.usage.stamp(chunk, 0, index))
 
     async def stream(self) -> AsyncIterator[str]:
