@@ -139,9 +139,8 @@ class OutputStage:
             return "stop", params.stop_reason(token, self.tokenizer_eos)
         if len(seq.token_ids) + 1 >= request.max_total_len:
             return "length", None
-        repetition = params.repetition_detection
-        if repetition is not None and num_out >= params.min_tokens and ends_in_repetition(seq.output_ids + [token],
-                                                                                          repetition):
+        detect = params.repetition_detection
+        if detect is not None and num_out >= params.min_tokens and ends_in_repetition(seq.output_ids + [token], detect):
             return REPETITION, REPETITION_DETECTED
         return None, None
 

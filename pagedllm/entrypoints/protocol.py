@@ -310,7 +310,7 @@ class ChatCompletionRequest(SamplingFields, _TemplateFields):
     function_call: str | dict[str, Any] | None = None
     echo: bool = False  # vLLM's: the answer starts with the last message's text where that is the assistant's
     include_reasoning: bool = True  # vLLM's: with a reasoning parser, the message's reasoning (false: null)
-    return_prompt_text: bool | None = None  # vLLM's: the templated prompt's text in the response (a stream's first chunk)
+    return_prompt_text: bool | None = None  # vLLM's: the templated prompt's text in the response (first chunk)
 
     def echoed_text(self) -> str:
         """What echo puts before each choice's text: the last message's, as the template read it, where it is an
