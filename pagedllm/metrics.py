@@ -1,7 +1,8 @@
 """Prometheus metrics for the server: definitions, and their update from EngineStats / RequestMetrics.
 
 Everything lives in a registry of its own (never prometheus_client's global one), so several
-servers or tests in one process do not collide. Engine-wide figures (KV usage, queue sizes,
+servers or tests in one process do not collide. The families vLLM's dashboards read are exposed under vLLM's
+names too (`vllm:...`, VLLM_NAMES). Engine-wide figures (KV usage, queue sizes,
 cumulative token counters) are read from the latest EngineStats at scrape time by a custom
 collector; per-request latencies are observed into histograms when a request finishes.
 """
@@ -55,6 +56,41 @@ COUNTERS: dict[str, tuple[str, str]] = {
 }
 
 
+# pagedllm's families that vLLM's Grafana dashboards read, and their names there: each is exposed under both.
+# Left out: pagedllm_prompt_tokens counts the prompt tokens computed, vLLM's each prompt's tokens once.
+VLLM_NAMES: dict[str, str] = {
+    "num_requests_running": "vllm:num_requests_running",
+    "num_requests_waiting": "vllm:num_requests_waiting",
+    "kv_block_usage_ratio": "vllm:kv_cache_usage_perc",  # a fraction in vLLM too
+    "prefix_cache_queries_tokens": "vllm:prefix_cache_queries",
+    "prefix_cache_hits_tokens": "vllm:prefix_cache_hits",
+    "num_preemptions": "vllm:num_preemptions",
+    "generation_tokens": "vllm:generation_tokens",
+    "request_success": "vllm:request_success",
+    "time_to_first_token_seconds": "vllm:time_to_first_token_seconds",
+    "time_per_output_token_seconds": "vllm:inter_token_latency_seconds",
+    "e2e_request_latency_seconds": "vllm:e2e_request_latency_seconds",
+    "request_queue_time_seconds": "vllm:request_queue_time_seconds",
+}
+
+
+class _VllmNames(Collector):
+    """The families of VLLM_NAMES again, from the server's registry, under vLLM's names."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            alias = VLLM_NAMES.get(family.name.removeprefix(PREFIX))
+            if alias is None:
+                continue
+            renamed = Metric(alias, family.documentation, family.type, family.unit)
+            renamed.samples = [sample._replace(name=alias + sample.name[len(family.name):])
+                               for sample in family.samples]
+            yield renamed
+
+
 class _StatsCollector(Collector):
     def __init__(self, model_name: str) -> None:
         self._model_name = model_name
@@ -85,6 +121,8 @@ class ServerMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self._stats = _StatsCollector(model_name)
         self.registry.register(self._stats)
+        self._vllm_names = CollectorRegistry(auto_describe=False)
+        self._vllm_names.register(_VllmNames(self.registry))
         labels = ["model_name"]
         reg = self.registry
         self.request_success = Counter(PREFIX + "request_success", "Completions finished (n per request), by "
@@ -124,4 +162,4 @@ class ServerMetrics:
                 self.time_per_output_token.labels(name).observe(later - earlier)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return generate_latest(self.registry) + generate_latest(self._vllm_names)

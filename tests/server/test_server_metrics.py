@@ -70,3 +70,17 @@ def test_kv_snapshot_endpoint(server: RunningServer) -> None:
 def test_health(server: RunningServer) -> None:
     response = httpx.get(server.base_url + "/health", timeout=10)
     assert response.status_code == 200 and response.json()["status"] == "ok"
+
+
+def test_vllms_dashboard_metrics_are_the_same_figures_under_vllms_names(server: RunningServer) -> None:
+    from pagedllm.metrics import PREFIX, VLLM_NAMES
+
+    with httpx.Client(base_url=server.base_url, timeout=30) as client:
+        assert client.post("/v1/completions", json={"prompt": "alias", "max_tokens": 4}).status_code == 200
+    server.wait_idle()
+    values = scrape(server)
+    for ours, theirs in VLLM_NAMES.items():
+        mine = {name[len(PREFIX + ours):]: v for name, v in values.items() if name.startswith(PREFIX + ours)}
+        aliased = {name[len(theirs):]: v for name, v in values.items() if name.startswith(theirs)}
+        assert mine and aliased == mine, ours  # every sample (_total, _count, _sum, _bucket), the same value
+    assert values["vllm:generation_tokens_total"] >= 4
