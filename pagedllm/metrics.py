@@ -74,21 +74,23 @@ VLLM_NAMES: dict[str, str] = {
 }
 
 
-class _VllmNames(Collector):
-    """The families of VLLM_NAMES again, from the server's registry, under vLLM's names."""
+class _WithVllmNames:
+    """What generate_latest reads: the server's families, collected once, then those of VLLM_NAMES again under
+    vLLM's names (the same samples, so both names of a figure always agree)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self._registry = registry
 
-    def collect(self) -> Iterator[Metric]:
-        for family in self._registry.collect():
-            alias = VLLM_NAMES.get(family.name.removeprefix(PREFIX))
-            if alias is None:
-                continue
-            renamed = Metric(alias, family.documentation, family.type, family.unit)
-            renamed.samples = [sample._replace(name=alias + sample.name[len(family.name):])
-                               for sample in family.samples]
-            yield renamed
+    def collect(self) -> list[Metric]:
+        families = list(self._registry.collect())
+        return families + [_renamed(f, VLLM_NAMES[f.name.removeprefix(PREFIX)]) for f in families
+                           if f.name.removeprefix(PREFIX) in VLLM_NAMES]
+
+
+def _renamed(family: Metric, name: str) -> Metric:
+    renamed = Metric(name, family.documentation, family.type, family.unit)
+    renamed.samples = [sample._replace(name=name + sample.name[len(family.name):]) for sample in family.samples]
+    return renamed
 
 
 class _StatsCollector(Collector):
@@ -121,8 +123,6 @@ class ServerMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self._stats = _StatsCollector(model_name)
         self.registry.register(self._stats)
-        self._vllm_names = CollectorRegistry(auto_describe=False)
-        self._vllm_names.register(_VllmNames(self.registry))
         labels = ["model_name"]
         reg = self.registry
         self.request_success = Counter(PREFIX + "request_success", "Completions finished (n per request), by "
@@ -162,4 +162,4 @@ class ServerMetrics:
                 self.time_per_output_token.labels(name).observe(later - earlier)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry) + generate_latest(self._vllm_names)
+        return generate_latest(_WithVllmNames(self.registry))

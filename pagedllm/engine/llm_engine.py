@@ -22,7 +22,7 @@ from pagedllm.engine.model_runner import ModelRunner, SeqInput
 from pagedllm.engine.pool_memory import block_bytes, num_blocks_for_memory
 from pagedllm.engine.prompt_logprobs import prompt_rows, record_prompt_logprobs
 from pagedllm.engine.output_stage import OutputStage
-from pagedllm.engine.thinking_budget import think_tags
+from pagedllm.engine.thinking_budget import THINKING_NEEDS_TAGS, think_tags
 from pagedllm.engine.outputs import RequestOutput
 from pagedllm.engine.request import Request
 from pagedllm.engine.scheduler import Scheduler
@@ -109,7 +109,7 @@ class LLMEngine:
         vocab = self.model_config.vocab_size
         tags = think_tags(config.reasoning_parser, config.reasoning_config, self.tokenizer, vocab)
         self.output_stage = OutputStage(self.tokenizer, self.eos_token_ids, config.seed, self.device, tags)
-        self.grammars = GrammarCompiler(self.tokenizer, self.model_config.vocab_size, self.eos_token_ids)
+        self.grammars = GrammarCompiler(self.tokenizer, vocab, self.eos_token_ids)
         self.requests: dict[str, Request] = {}
         self._ids = itertools.count()
         self.prompt_tokens_total = 0
@@ -251,6 +251,8 @@ class LLMEngine:
                           ("allowed_token_ids", params.allowed_token_ids or [])):
             if outside := [t for t in ids if t >= vocab]:
                 raise InvalidInputError(f"{name} must name tokens below the vocabulary size {vocab}; got {outside[:3]}")
+        if params.thinking_token_budget is not None and self.output_stage.think_tags is None:
+            raise InvalidInputError(THINKING_NEEDS_TAGS)
         bad_words = bad_word_spellings(self.tokenizer, params.bad_words, vocab) if params.bad_words else []
         if params.restricts_tokens and set(params.allowed_token_ids) <= {s[0] for s in bad_words if len(s) == 1}:
             raise InvalidInputError("allowed_token_ids are all bad_words: no token could be sampled")

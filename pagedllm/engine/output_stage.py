@@ -18,8 +18,7 @@ from pagedllm.engine.request import Request, Sequence
 from pagedllm.engine.sampler import SampleResult, SamplingRow, make_generator, sample
 from pagedllm.engine.step_logits import StepLogits, greedy_only
 from pagedllm.engine.step import SchedulerOutput
-from pagedllm.engine.thinking_budget import THINKING_NEEDS_TAGS, ThinkingBudget, ThinkTags
-from pagedllm.errors import InvalidInputError
+from pagedllm.engine.thinking_budget import ThinkingBudget, ThinkTags
 from pagedllm.repetition_detection import REPETITION, REPETITION_DETECTED, ends_in_repetition
 
 
@@ -65,12 +64,9 @@ class OutputStage:
                           self._thinking(request))
 
     def _thinking(self, request: Request) -> ThinkingBudget | None:
+        """A budgeted request's place in its reasoning (LLMEngine checked that the tags are known)."""
         budget = request.params.thinking_token_budget
-        if budget is None:
-            return None
-        if self.think_tags is None:
-            raise InvalidInputError(THINKING_NEEDS_TAGS)
-        return ThinkingBudget(self.think_tags, budget, request.prompt_token_ids)
+        return None if budget is None else ThinkingBudget(self.think_tags, budget, request.prompt_token_ids)
 
     def _generator(self, request: Request, index: int) -> torch.Generator:
         """Completion `index`'s own random stream: from the request's seed, else from the engine's seed."""

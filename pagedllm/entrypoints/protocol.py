@@ -28,7 +28,7 @@ RepetitionPenalty = Annotated[float, Field(ge=MIN_REPETITION_PENALTY, le=MAX_REP
 MAX_STOP_STRINGS = 32
 Stop = str | Annotated[list[str], Field(max_length=MAX_STOP_STRINGS)] | None
 MAX_PROMPTS = 1024
-ThinkingBudget = Annotated[int, Field(ge=-1)] | None  # -1 or null: no limit
+ThinkingTokenBudget = Annotated[int, Field(ge=-1)] | None  # -1 or null: no limit
 
 
 class StrictBody(BaseModel):
@@ -111,7 +111,7 @@ class SamplingFields(StrictBody):
     truncate_prompt_tokens: int | None = None  # vLLM's: keep the prompt's last N tokens (-1: max_model_len)
     allowed_token_ids: list[int] | None = None  # vLLM's: only these tokens may be sampled
     bad_words: list[str] | None = None  # vLLM's: words never sampled
-    thinking_token_budget: ThinkingBudget = None  # vLLM's: reasoning blocks end after this many tokens
+    thinking_token_budget: ThinkingTokenBudget = None  # vLLM's: reasoning blocks end after this many tokens
     repetition_detection: dict[str, Any] | None = None  # vLLM's: end an output that repeats a pattern
     truncation_side: Literal["left"] | None = None
     structured_outputs: dict[str, Any] | None = None  # vLLM's: json, regex, choice, grammar or json_object

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, ValidationError
 
 from pagedllm.entrypoints.protocol import (KEEP_EXTRA, ChatCompletionRequest, Int64, RepetitionPenalty, Stop,
-                                           StrictBody, Temperature, ThinkingBudget, refuse_not_taken)
+                                           StrictBody, Temperature, ThinkingTokenBudget, refuse_not_taken)
 from pagedllm.errors import InvalidInputError
 
 # the fields a response passes to its chat completion under the same names
@@ -108,7 +108,7 @@ class ResponsesRequest(StrictBody):
     include_stop_str_in_output: bool = False
     logit_bias: dict[str, float] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
-    thinking_token_budget: ThinkingBudget = None  # vLLM's chat field, taken here too: reasoning models answer here
+    thinking_token_budget: ThinkingTokenBudget = None  # vLLM's chat field, taken here too: reasoning models answer here
     repetition_detection: dict[str, Any] | None = None  # vLLM's chat field, taken here too
     prompt_cache_key: str | None = None  # OpenAI's cache hint: taken, as the prefix cache finds shared prefixes itself
     session_id: str | None = None  # vLLM's routing hint, as chat's: taken
