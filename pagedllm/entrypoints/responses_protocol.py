@@ -2,9 +2,9 @@
 
 A response is a chat completion underneath: the instructions become a system message, the input the messages
 (an earlier answer's function calls an assistant message's tool_calls, their outputs tool messages), the
-function tools the chat's tools, and the chat path's template, limits, sampling and tool calling apply. What this
-server cannot honour (other tools, stored conversations, background runs, logprobs) is refused with a 400 naming
-the field.
+function tools the chat's tools, and the chat path's template, limits, sampling and tool calling apply. A stored
+response's conversation (previous_response_id) comes before the input. What this server cannot honour (other
+tools, stored conversation objects, logprobs) is refused with a 400 naming the field.
 """
 
 from __future__ import annotations
@@ -118,7 +118,9 @@ class ResponsesRequest(StrictBody):
     reasoning: dict[str, Any] | None = None  # {"effort": ...} goes to the chat template as reasoning_effort
     metadata: dict[str, str] | None = None  # given back in the response
     user: str | None = None
-    store: bool | None = None  # nothing is stored: the response says "store": false
+    store: bool | None = None  # where the server keeps responses (--responses-store-size): false keeps this one out
+    previous_response_id: str | None = None  # a stored response this one continues
+    background: bool | None = None  # answered at once, run on; GET /v1/responses/{id} shows it (needs the store)
     truncation: Literal["disabled"] | None = None
     include_reasoning: bool = True  # vLLM's: with a reasoning parser, the reasoning item (false: left out)
     skip_special_tokens: bool = True
@@ -126,9 +128,7 @@ class ResponsesRequest(StrictBody):
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     # OpenAI fields this server does not take: declared so that they are refused, not dropped as unknown
-    previous_response_id: str | None = None
     conversation: Any = None
-    background: bool | None = None
     include: list[str] | None = None
     prompt: Any = None
     top_logprobs: int | None = None
@@ -136,12 +136,18 @@ class ResponsesRequest(StrictBody):
     previous_input_messages: Any = None  # vLLM's, for harmony models
     enable_response_messages: bool | None = None  # vLLM's, for harmony models
 
-    def to_chat(self) -> ResponseChat:
-        """The same request as a chat completion (the chat path then checks its values)."""
+    def chat_conversation(self, history: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+        """The chat messages this request answers, without its instructions: a stored conversation it continues
+        (previous_response_id), then its input."""
+        turn = [{"role": "user", "content": self.input}] if isinstance(self.input, str) else chat_messages(self.input)
+        return [*history, *turn]
+
+    def to_chat(self, history: list[dict[str, Any]] = ()) -> ResponseChat:
+        """The same request as a chat completion (the chat path then checks its values), continuing `history`: the
+        instructions as a system message first (a previous response's are not carried over, as in OpenAI's API)."""
         self._refuse_unsupported()
         messages = [{"role": "system", "content": self.instructions}] if self.instructions is not None else []
-        messages += [{"role": "user", "content": self.input}] if isinstance(self.input, str) else chat_messages(
-            self.input)
+        messages += self.chat_conversation(history)
         fields = {name: getattr(self, name) for name in CHAT_FIELDS if getattr(self, name) is not None}
         effort = (self.reasoning or {}).get("effort")
         try:
@@ -175,9 +181,9 @@ class ResponsesRequest(StrictBody):
 
     def _refuse_unsupported(self) -> None:
         refuse_not_taken(self.model_extra)
-        why = {"previous_response_id": "responses are not stored: send the conversation as input",
-               "conversation": "responses are not stored: send the conversation as input",
-               "background": "responses run in the foreground only", "include": "nothing extra can be included",
+        why = {"conversation": "conversations are not stored: send it as input, or continue a stored response with "
+                               "previous_response_id",
+               "include": "nothing extra can be included",
                "prompt": "stored prompt templates are not supported", "top_logprobs": "logprobs are not supported here",
                "max_tool_calls": "the number of function calls is not limited here",
                "previous_input_messages": "send earlier turns as input items",

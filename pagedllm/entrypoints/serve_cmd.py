@@ -30,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"key every route but /health requires (default ${API_KEY_ENV})")
     parser.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES,
                         help=f"answer 413 to a larger request body (default {DEFAULT_MAX_REQUEST_BYTES})")
+    parser.add_argument("--responses-store-size", type=int, default=0,
+                        help="keep up to this many /v1/responses answers in memory, for previous_response_id, "
+                             "background runs and GET /v1/responses/{id} (default 0: none kept, as vLLM)")
     tools = parser.add_argument_group("tool calling")
     tools.add_argument("--tool-call-parser", default=None, choices=list(TOOL_CALL_PARSERS),
                        help="how the model writes tool calls, for tool_choice auto (hermes: JSON in <tool_call> "
@@ -64,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError("--max-waiting-requests must be >= 1")
     if args.max_request_bytes < 1:
         raise InvalidInputError("--max-request-bytes must be >= 1")
+    if args.responses_store_size < 0:
+        raise InvalidInputError("--responses-store-size must be >= 0")
     if args.api_key is not None and not args.api_key.strip():
         raise InvalidInputError("--api-key must not be empty or blank")
     chat_parsers = ChatParsers(args.tool_call_parser, args.enable_auto_tool_choice, args.reasoning_parser)
@@ -77,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
     server = build_server(engine, args.host, args.port, args.max_waiting_requests,
                           args.shutdown_timeout, args.log_level, api_key=args.api_key,
                           max_request_bytes=args.max_request_bytes, engine_thread=engine_thread,
-                          chat_parsers=chat_parsers, chat_template=chat_template)
+                          chat_parsers=chat_parsers, chat_template=chat_template,
+                          responses_store_size=args.responses_store_size)
     _log_startup(engine, args.host, sock.getsockname()[1])
     warn_if_exposed(args.host, sock.getsockname()[1], args.api_key)
     try:

@@ -18,16 +18,19 @@ from pagedllm.engine.token_text import TokenText
 from pagedllm.entrypoints.server.prompts import PromptProcessor
 from pagedllm.entrypoints.reasoning import think_token_ids
 from pagedllm.entrypoints.server.chat_parsers import ChatParsers
+from pagedllm.entrypoints.server.response_store import ResponseStore
 from pagedllm.metrics import ServerMetrics
 
 
 def create_app(engine: AsyncEngine, metrics: ServerMetrics, shutdown_timeout: float = 10.0,
                api_key: str | None = None, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-               chat_parsers: ChatParsers = ChatParsers(), chat_template: str | None = None) -> FastAPI:
+               chat_parsers: ChatParsers = ChatParsers(), chat_template: str | None = None,
+               responses_store_size: int = 0) -> FastAPI:
     """An app serving `engine`; the engine thread starts and stops with the app's lifespan.
 
     With `api_key`, every route but /health needs it; bodies past `max_request_bytes` get a 413. `chat_template`:
-    the template chats go through, in place of the model's own.
+    the template chats go through, in place of the model's own. `responses_store_size`: how many Responses API
+    responses are kept (0: none).
     """
     prompts = PromptProcessor(engine.tokenizer, engine.vocab_size, engine.max_model_len,
                               chat_template=chat_template)
@@ -48,6 +51,7 @@ def create_app(engine: AsyncEngine, metrics: ServerMetrics, shutdown_timeout: fl
     app.state.started = int(time.time())
     app.state.prompts = prompts
     app.state.chat_parsers = chat_parsers
+    app.state.response_store = ResponseStore(responses_store_size) if responses_store_size > 0 else None
     # where a reasoning parser is on and the tags are tokens of their own, usage counts the reasoning's tokens
     vocab = engine.tokenizer.get_vocab() if chat_parsers.reasoning_parser else {}
     app.state.think_ids = think_token_ids(vocab)

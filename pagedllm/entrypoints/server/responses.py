@@ -6,10 +6,17 @@ sequence of events: response.created and .in_progress; per item output_item.adde
 the deltas (a call's arguments as function_call_arguments deltas) and the .done events, output_item.done; then
 response.completed with the items as streamed (its status "incomplete" where max_output_tokens cut the answer, as
 vLLM sends it).
+
+Where the server keeps responses (--responses-store-size, response_store.py), a response is stored unless the body
+says `"store": false`; `previous_response_id` then continues a stored one's conversation, GET /v1/responses/{id}
+shows one, and `"background": true` answers at once with a queued response that runs on, until done or cancelled
+(POST /v1/responses/{id}/cancel).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -25,9 +32,11 @@ from pagedllm.entrypoints.server.chat import chat_prompt
 from pagedllm.entrypoints.server.chat_parsers import ChatParsers
 from pagedllm.entrypoints.server.chat_text import ChatText, ChoiceStream
 from pagedllm.entrypoints.server.deltas import DeltaTracker
-from pagedllm.entrypoints.server.errors import from_abort
+from pagedllm.entrypoints.server.errors import APIError, from_abort
 from pagedllm.entrypoints.server.request_body import parse_body
+from pagedllm.entrypoints.server.response_store import ResponseStore, StoredResponse, not_found
 from pagedllm.entrypoints.server.submission import Submission, check_capacity, check_model, submit, until_disconnected
+from pagedllm.errors import InvalidInputError
 from pagedllm.sampling_params import SamplingParams
 
 router = APIRouter()
@@ -41,18 +50,80 @@ async def create_response(request: Request) -> Any:
     check_capacity(engine)
     body = await parse_body(request, ResponsesRequest)
     check_model(engine, body.model)
-    chat = body.to_chat()
+    store: ResponseStore | None = request.app.state.response_store
+    history = _history(store, body)
+    chat = body.to_chat(history)
+    kept = _kept(store, body)
     parsers: ChatParsers = request.app.state.chat_parsers
     tools = chat.tool_choice_for(parsers.tool_call_parser, parsers.auto_tool_choice)
     params = chat.to_sampling_params(engine.sampling_defaults, tools)
     prompt, params, opened = await chat_prompt(request, chat, params)
     chat_text = ChatText(tools, opened, body.include_reasoning, "", request.app.state.think_ids)
     submission = await submit(engine, "resp", [prompt], params, chat, request.headers)
-    view = _View(body, submission, params, chat_text)
+    view = _View(body, submission, params, chat_text, store if kept else None, body.chat_conversation(history))
+    if body.background:
+        return view.start_in_background()
     if body.stream:
         return StreamingResponse(view.stream(), media_type="text/event-stream", headers=sse.HEADERS)
     finals = await until_disconnected(request, submission.collect(), submission)
-    return view.response(finals[0])
+    return view.keep(view.response(finals[0]))
+
+
+@router.get("/v1/responses/{response_id}")
+async def retrieve_response(request: Request, response_id: str) -> Any:
+    if request.query_params.get("stream", "false").lower() not in ("false", "0"):
+        raise APIError(400, "a stored response is not streamed again here: GET it without stream", param="stream")
+    return _stored(request, response_id).response
+
+
+@router.post("/v1/responses/{response_id}/cancel")
+async def cancel_response(request: Request, response_id: str) -> Any:
+    stored = _stored(request, response_id)
+    if not stored.running:
+        raise APIError(400, f"only a background response still running can be cancelled; this one is "
+                            f"{stored.response['status']}", param="response_id")
+    stored.response = {**stored.response, "status": "cancelled"}
+    task, stored.task = stored.task, None
+    if task is not None:
+        task.cancel()  # its engine request is aborted as the task ends
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    return stored.response
+
+
+def _stored(request: Request, response_id: str) -> StoredResponse:
+    store: ResponseStore | None = request.app.state.response_store
+    if store is None:  # nothing is kept: no id is known (vLLM answers the same with its store off)
+        raise not_found(response_id)
+    return store.get(response_id)
+
+
+def _history(store: ResponseStore | None, body: ResponsesRequest) -> list[dict[str, Any]]:
+    """The conversation of the stored response the body continues (none without previous_response_id)."""
+    if body.previous_response_id is None:
+        return []
+    if store is None:
+        raise InvalidInputError("previous_response_id needs stored responses: this server keeps none (start it "
+                                "with --responses-store-size N), so send the whole conversation as input")
+    previous = store.get(body.previous_response_id, param="previous_response_id")
+    if previous.running:
+        raise APIError(400, f"previous response {body.previous_response_id} is still {previous.response['status']}",
+                       param="previous_response_id")
+    return previous.conversation
+
+
+def _kept(store: ResponseStore | None, body: ResponsesRequest) -> bool:
+    """Whether this response is stored; a 400 for a background one that could not be."""
+    if body.background:
+        if store is None:
+            raise InvalidInputError("background needs stored responses, where its result is fetched: start the "
+                                    "server with --responses-store-size N")
+        if body.store is False:
+            raise InvalidInputError("background needs store: a background response is seen only through "
+                                    "GET /v1/responses/{id}")
+        if body.stream:
+            raise InvalidInputError("background responses are not streamed here: poll GET /v1/responses/{id}")
+    return store is not None and body.store is not False
 
 
 def _item_id(prefix: str) -> str:
@@ -63,14 +134,43 @@ class _View:
     """Shapes one response's engine output into the Response object or its stream of events."""
 
     def __init__(self, body: ResponsesRequest, submission: Submission, params: SamplingParams,
-                 chat_text: ChatText) -> None:
+                 chat_text: ChatText, store: ResponseStore | None = None,
+                 conversation: list[dict[str, Any]] = ()) -> None:
         self.body, self.submission, self.params, self.chat_text = body, submission, params, chat_text
+        self.store, self.conversation = store, list(conversation)  # store: where this response is kept, if it is
         self.id = submission.id.replace("resp-", "resp_", 1)
         self.message_id, self.reasoning_id = _item_id("msg"), _item_id("rs")
 
-    def in_progress(self) -> dict[str, Any]:
-        """The Response object of an answer under way: no output, no usage yet."""
-        return self._envelope("in_progress", [], None)
+    def in_progress(self, status: str = "in_progress") -> dict[str, Any]:
+        """The Response object of an answer under way (or queued): no output, no usage yet."""
+        return self._envelope(status, [], None)
+
+    def keep(self, response: dict[str, Any]) -> dict[str, Any]:
+        """A finished response, stored (where it is kept) with its conversation and answer."""
+        if self.store is not None:
+            self.store.put(self.id, StoredResponse(response, self.conversation + answer_messages(response["output"])))
+        return response
+
+    def start_in_background(self) -> dict[str, Any]:
+        """The queued response, stored, its answer run on by a task that stores it when done."""
+        queued = self.in_progress("queued")
+        stored = StoredResponse(queued, self.conversation)
+        self.store.put(self.id, stored)
+        stored.task = asyncio.create_task(self._run_in_background(stored))
+        return queued
+
+    async def _run_in_background(self, stored: StoredResponse) -> None:
+        stored.response = self.in_progress()
+        try:
+            finals = await self.submission.collect()
+        except RequestAborted as exc:  # the engine stopped or failed
+            stored.response = {**self._envelope("failed", [], None),
+                               "error": {"code": "request_aborted", "message": from_abort(exc).message}}
+        else:
+            self.keep(self.response(finals[0]))
+        finally:
+            self.submission.abort_unfinished()  # where the task was cancelled
+            stored.task = None
 
     def response(self, final: RequestOutput) -> dict[str, Any]:
         """The Response object of a finished answer."""
@@ -92,12 +192,13 @@ class _View:
     def _envelope(self, status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None) -> dict[str, Any]:
         body = self.body
         return {"id": self.id, "object": "response", "created_at": self.submission.created, "status": status,
-                "background": False, "error": None,
+                "background": bool(body.background), "error": None,
                 "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
                 "instructions": body.instructions, "max_output_tokens": body.max_output_tokens,
                 "metadata": body.metadata, "model": self.submission.engine.model_name, "output": output,
-                "parallel_tool_calls": body.parallel_tool_calls is not False, "previous_response_id": None,
-                "reasoning": body.reasoning, "store": False, "temperature": self.params.temperature,
+                "parallel_tool_calls": body.parallel_tool_calls is not False,
+                "previous_response_id": body.previous_response_id, "reasoning": body.reasoning,
+                "store": self.store is not None, "temperature": self.params.temperature,
                 "text": body.text_config(), "tool_choice": body.tool_choice_shown, "tools": body.tools or [],
                 "top_p": self.params.top_p, "truncation": "disabled", "usage": usage, "user": body.user}
 
@@ -135,7 +236,7 @@ class _View:
             for event in events.finish():
                 yield event
             if last is not None:
-                yield events.event("response.completed", response=self.finished(last, events.items))
+                yield events.event("response.completed", response=self.keep(self.finished(last, events.items)))
         except RequestAborted as exc:  # OpenAI's error event
             yield events.event("error", code="request_aborted", message=from_abort(exc).message, param=None)
         finally:
@@ -220,6 +321,18 @@ def function_call_item(item_id: str, call_id: str, name: str, arguments: str,
                        status: str = "completed") -> dict[str, Any]:
     return {"id": item_id, "type": "function_call", "call_id": call_id, "name": name, "arguments": arguments,
             "status": status}
+
+
+def answer_messages(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A response's output items as the chat message a later turn sees: its text and its function calls (its
+    reasoning left out, as vLLM leaves it out)."""
+    text = "".join(part["text"] for item in output if item["type"] == "message" for part in item["content"])
+    calls = [{"id": item["call_id"], "type": "function",
+              "function": {"name": item["name"], "arguments": item["arguments"]}}
+             for item in output if item["type"] == "function_call"]
+    if not calls:
+        return [{"role": "assistant", "content": text}]
+    return [{"role": "assistant", "content": text or None, "tool_calls": calls}]
 
 
 def _part(kind: str, text: str) -> dict[str, Any]:
