@@ -33,6 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--responses-store-size", type=int, default=0,
                         help="keep up to this many /v1/responses answers in memory, for previous_response_id, "
                              "background runs and GET /v1/responses/{id} (default 0: none kept, as vLLM)")
+    parser.add_argument("--enable-tokenizer-info-endpoint", action="store_true",
+                        help="serve vLLM's GET /tokenizer_info (the tokenizer's configuration and chat template)")
+    parser.add_argument("--enable-server-load-tracking", action="store_true",
+                        help="taken for vLLM's command lines: GET /load always counts the generating calls here")
     tools = parser.add_argument_group("tool calling")
     tools.add_argument("--tool-call-parser", default=None, choices=list(TOOL_CALL_PARSERS),
                        help="how the model writes tool calls, for tool_choice auto (hermes: JSON in <tool_call> "
@@ -83,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
                           args.shutdown_timeout, args.log_level, api_key=args.api_key,
                           max_request_bytes=args.max_request_bytes, engine_thread=engine_thread,
                           chat_parsers=chat_parsers, chat_template=chat_template,
-                          responses_store_size=args.responses_store_size)
+                          responses_store_size=args.responses_store_size,
+                          enable_tokenizer_info=args.enable_tokenizer_info_endpoint)
     _log_startup(engine, args.host, sock.getsockname()[1])
     warn_if_exposed(args.host, sock.getsockname()[1], args.api_key)
     try:

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 
 from pagedllm.engine.async_engine import AsyncEngine
 from pagedllm.entrypoints.server import (DEFAULT_MAX_REQUEST_BYTES, chat, completions, info, prefix_cache, responses,
-                                         tokenize)
+                                         server_load, tokenize)
 from pagedllm.entrypoints.server.auth import APIKeyAuth
 from pagedllm.entrypoints.server.body_limit import BodyLimit
 from pagedllm.entrypoints.server.errors import install_error_handlers
@@ -19,18 +19,19 @@ from pagedllm.entrypoints.server.prompts import PromptProcessor
 from pagedllm.entrypoints.reasoning import think_token_ids
 from pagedllm.entrypoints.server.chat_parsers import ChatParsers
 from pagedllm.entrypoints.server.response_store import ResponseStore
+from pagedllm.entrypoints.server.server_load import LoadCounter, ServerLoad
 from pagedllm.metrics import ServerMetrics
 
 
 def create_app(engine: AsyncEngine, metrics: ServerMetrics, shutdown_timeout: float = 10.0,
                api_key: str | None = None, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
                chat_parsers: ChatParsers = ChatParsers(), chat_template: str | None = None,
-               responses_store_size: int = 0) -> FastAPI:
+               responses_store_size: int = 0, enable_tokenizer_info: bool = False) -> FastAPI:
     """An app serving `engine`; the engine thread starts and stops with the app's lifespan.
 
     With `api_key`, every route but /health needs it; bodies past `max_request_bytes` get a 413. `chat_template`:
     the template chats go through, in place of the model's own. `responses_store_size`: how many Responses API
-    responses are kept (0: none).
+    responses are kept (0: none). `enable_tokenizer_info`: serve vLLM's GET /tokenizer_info.
     """
     prompts = PromptProcessor(engine.tokenizer, engine.vocab_size, engine.max_model_len,
                               chat_template=chat_template)
@@ -55,10 +56,14 @@ def create_app(engine: AsyncEngine, metrics: ServerMetrics, shutdown_timeout: fl
     # where a reasoning parser is on and the tags are tokens of their own, usage counts the reasoning's tokens
     vocab = engine.tokenizer.get_vocab() if chat_parsers.reasoning_parser else {}
     app.state.think_ids = think_token_ids(vocab)
+    app.state.server_load = LoadCounter()
+    app.add_middleware(ServerLoad, counter=app.state.server_load)
     app.add_middleware(BodyLimit, max_bytes=max_request_bytes)
     if api_key is not None:
         app.add_middleware(APIKeyAuth, api_key=api_key)  # added last: runs first
     install_error_handlers(app)
-    for module in (completions, chat, responses, tokenize, info, prefix_cache):
+    for module in (completions, chat, responses, tokenize, info, prefix_cache, server_load):
         app.include_router(module.router)
+    if enable_tokenizer_info:
+        app.include_router(tokenize.info_router)
     return app

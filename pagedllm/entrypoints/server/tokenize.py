@@ -38,3 +38,31 @@ async def detokenize(request: Request) -> dict[str, Any]:
     body = await parse_body(request, DetokenizeRequest)
     check_model(engine, body.model)
     return {"prompt": await request.app.state.prompts.decode(body.tokens)}
+
+
+info_router = APIRouter()  # included only with --enable-tokenizer-info-endpoint, as in vLLM (it shows the template)
+
+
+@info_router.get("/tokenizer_info")
+async def tokenizer_info(request: Request) -> dict[str, Any]:
+    """vLLM's: the tokenizer's configuration (its init arguments, file paths left out), its class, the chat template."""
+    tokenizer = request.app.state.engine.tokenizer
+    config = {key: _plain(value) for key, value in (getattr(tokenizer, "init_kwargs", None) or {}).items()
+              if key not in ("vocab_file", "merges_file")}
+    config["tokenizer_class"] = type(tokenizer).__name__
+    template = request.app.state.prompts.chat_template or getattr(tokenizer, "chat_template", None)
+    if template:
+        config["chat_template"] = template
+    return config
+
+
+def _plain(value: Any) -> Any:
+    """A tokenizer config value as JSON: an added token as its text, containers value by value, other objects as
+    text."""
+    if hasattr(value, "content"):
+        return value.content
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value if value is None or isinstance(value, (str, int, float, bool)) else str(value)

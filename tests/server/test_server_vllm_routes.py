@@ -1,0 +1,87 @@
+"""vLLM's GET /load (generating calls in flight) and GET /tokenizer_info (with --enable-tokenizer-info-endpoint)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from conftest import fake_config
+from fake_serving_engine import FakeEngine
+from server_harness import RunningServer, start_server
+
+
+@pytest.fixture(scope="module")
+def slow() -> RunningServer:
+    running = start_server(FakeEngine(fake_config(), step_delay=0.02))
+    yield running
+    running.stop()
+
+
+def load(server: RunningServer) -> int:
+    response = httpx.get(server.base_url + "/load", timeout=10)
+    assert response.status_code == 200
+    return response.json()["server_load"]
+
+
+def read_stream(url: str, body: dict) -> None:
+    with httpx.stream("POST", url, json=body, timeout=30) as response:
+        for _ in response.iter_lines():
+            pass
+
+
+def wait_for_load(server: RunningServer, count: int, timeout: float = 10.0) -> int:
+    deadline = time.monotonic() + timeout
+    while load(server) != count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return load(server)
+
+
+def test_load_counts_the_generating_calls_until_their_last_byte(slow: RunningServer) -> None:
+    assert load(slow) == 0
+    body = {"prompt": "hi", "max_tokens": 40, "ignore_eos": True}
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 40, "stream": True, "ignore_eos": True}
+    calls = [threading.Thread(target=httpx.post, args=(slow.base_url + "/v1/completions",),
+                              kwargs={"json": body, "timeout": 30}),
+             threading.Thread(target=read_stream, args=(slow.base_url + "/v1/chat/completions", chat))]
+    for call in calls:
+        call.start()
+    assert wait_for_load(slow, 2) == 2  # the chat's stream counts until it ends
+    httpx.post(slow.base_url + "/tokenize", json={"prompt": "hi"}, timeout=10)  # not a generating call
+    assert load(slow) == 2
+    for call in calls:
+        call.join(30)
+    assert wait_for_load(slow, 0) == 0
+
+
+def test_a_refused_call_leaves_no_load(slow: RunningServer) -> None:
+    refused = httpx.post(slow.base_url + "/v1/completions", json={"prompt": "hi", "max_tokens": -1}, timeout=10)
+    assert refused.status_code == 400
+    assert load(slow) == 0
+
+
+def test_tokenizer_info_is_served_only_where_enabled(tiny_llama_dir) -> None:
+    from conftest import real_config
+
+    from pagedllm.engine.llm_engine import LLMEngine
+
+    engine = LLMEngine(real_config(tiny_llama_dir))
+    plain = start_server(engine)
+    try:
+        assert httpx.get(plain.base_url + "/tokenizer_info", timeout=10).status_code == 404
+    finally:
+        plain.stop()
+    template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    enabled = start_server(engine, enable_tokenizer_info=True, chat_template=template)
+    try:
+        info = httpx.get(enabled.base_url + "/tokenizer_info", timeout=10).json()
+        assert info["tokenizer_class"] == type(engine.tokenizer).__name__
+        assert info["chat_template"] == template
+        assert "vocab_file" not in info and "merges_file" not in info
+        for key, value in engine.tokenizer.init_kwargs.items():
+            if key not in ("vocab_file", "merges_file", "chat_template") and isinstance(value, (str, int, bool)):
+                assert info[key] == value, key
+    finally:
+        enabled.stop()
