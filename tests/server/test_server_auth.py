@@ -22,6 +22,7 @@ PROTECTED = [("GET", "/v1/models", None), ("GET", "/v1/models/fake-model", None)
              ("GET", "/v1/kv", None), ("GET", "/dashboard", None), ("GET", "/dashboard.js", None),
              ("GET", "/openapi.json", None), ("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2}),
              ("POST", "/v1/chat/completions", CHAT), ("POST", "/reset_prefix_cache", None),
+             ("POST", "/v1/responses", {"input": "x", "max_output_tokens": 2}), ("GET", "/load", None),
              ("GET", "/no/such/route", None)]
 
 
