@@ -85,3 +85,30 @@ def test_tokenizer_info_is_served_only_where_enabled(tiny_llama_dir) -> None:
                 assert info[key] == value, key
     finally:
         enabled.stop()
+
+
+def test_the_serve_command_takes_the_flags() -> None:
+    """`pagedllm serve` (on the fake engine) with the store, /tokenizer_info and vLLM's load-tracking flag; a
+    negative store size is refused before the engine loads."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from spawned_server import start_logged
+
+    script = str(Path(__file__).parent / "serve_fake.py")
+    base = [sys.executable, script, "--port", "0", "--num-blocks", "64", "--block-size", "4", "--max-model-len",
+            "256", "--shutdown-timeout", "0.5"]
+    refused = subprocess.run([*base, "--responses-store-size", "-1"], capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "--responses-store-size must be >= 0" in refused.stderr
+    proc, port, log = start_logged([*base, "--responses-store-size", "2", "--enable-tokenizer-info-endpoint",
+                                    "--enable-server-load-tracking"], ready_timeout=30)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        assert httpx.get(url + "/tokenizer_info", timeout=10).json()["tokenizer_class"] == "FakeTokenizer"
+        first = httpx.post(url + "/v1/responses", json={"input": "hi", "max_output_tokens": 64}, timeout=30).json()
+        assert httpx.get(f"{url}/v1/responses/{first['id']}", timeout=10).json() == first
+        assert httpx.get(url + "/load", timeout=10).json() == {"server_load": 0}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)

@@ -29,14 +29,13 @@ class StoredResponse:
 
 
 class ResponseStore:
+    """Responses by id, least recently used first."""
+
     def __init__(self, max_entries: int) -> None:
         if max_entries < 1:
             raise ValueError(f"a response store holds at least one response, got {max_entries}")
         self.max_entries = max_entries
         self._entries: OrderedDict[str, StoredResponse] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
     def get(self, response_id: str, param: str = "response_id") -> StoredResponse:
         """The stored response, or a 404 naming the id (as `param`)."""
