@@ -22,7 +22,9 @@ PIP="$VENV/bin/pip"
 if [ -n "${TORCH_WHEEL:-}" ]; then
   "$PIP" install --quiet "$TORCH_WHEEL"
 else
-  "$PIP" install --quiet "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu \
+  # --retries 0: where that index cannot be reached pip skips it at once (with retries it waited minutes on every
+  # dependency) and takes the CPU wheel from the sources it is configured with
+  "$PIP" install --quiet --retries 0 --timeout 15 "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu \
     || "$PIP" install --quiet "torch==$TORCH_VERSION"
 fi
 
