@@ -3,8 +3,9 @@
 A response is a chat completion underneath: the instructions become a system message, the input the messages
 (an earlier answer's function calls an assistant message's tool_calls, their outputs tool messages), the
 function tools the chat's tools, and the chat path's template, limits, sampling and tool calling apply. A stored
-response's conversation (previous_response_id) comes before the input. What this server cannot honour (other
-tools, stored conversation objects, logprobs) is refused with a 400 naming the field.
+response's conversation (previous_response_id) comes before the input; `include: ["message.output_text.logprobs"]`
+asks the chat for its logprobs (top_logprobs alternatives each). What this server cannot honour (other tools,
+stored conversation objects, other includes) is refused with a 400 naming the field.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pydantic import ConfigDict, Field, ValidationError
 from pagedllm.entrypoints.protocol import (KEEP_EXTRA, ChatCompletionRequest, Int64, RepetitionPenalty, Stop,
                                            StrictBody, Temperature, ThinkingTokenBudget, refuse_not_taken)
 from pagedllm.errors import InvalidInputError
+from pagedllm.sampling_params import MAX_LOGPROBS
 
 # the fields a response passes to its chat completion under the same names
 CHAT_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
@@ -23,6 +25,7 @@ CHAT_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "fr
                "cache_salt", "priority", "request_id", "structured_outputs", "stop", "stop_token_ids", "ignore_eos",
                "include_stop_str_in_output", "logit_bias", "chat_template_kwargs", "thinking_token_budget",
                "repetition_detection")
+OUTPUT_LOGPROBS = "message.output_text.logprobs"  # the one value of `include` taken here
 
 
 class InputText(StrictBody):
@@ -127,11 +130,11 @@ class ResponsesRequest(StrictBody):
     tools: list[dict[str, Any]] | None = None  # function tools (OpenAI's flat form)
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
+    include: list[str] | None = None  # OUTPUT_LOGPROBS: the answer's logprobs in its output_text
+    top_logprobs: int | None = None  # alternatives per token with OUTPUT_LOGPROBS (without it: not used, as vLLM)
     # OpenAI fields this server does not take: declared so that they are refused, not dropped as unknown
     conversation: Any = None
-    include: list[str] | None = None
     prompt: Any = None
-    top_logprobs: int | None = None
     max_tool_calls: int | None = None
     previous_input_messages: Any = None  # vLLM's, for harmony models
     enable_response_messages: bool | None = None  # vLLM's, for harmony models
@@ -149,6 +152,8 @@ class ResponsesRequest(StrictBody):
         messages = [{"role": "system", "content": self.instructions}] if self.instructions is not None else []
         messages += self.chat_conversation(history)
         fields = {name: getattr(self, name) for name in CHAT_FIELDS if getattr(self, name) is not None}
+        if self.includes_logprobs:
+            fields.update(logprobs=True, top_logprobs=self.top_logprobs)
         effort = (self.reasoning or {}).get("effort")
         try:
             return ResponseChat(messages=messages, max_completion_tokens=self.max_output_tokens,
@@ -158,6 +163,10 @@ class ResponsesRequest(StrictBody):
             error = exc.errors()[0]
             name = error["loc"][0] if error["loc"] else "input"
             raise InvalidInputError(f"{name} is not valid: {error['msg']}") from None
+
+    @property
+    def includes_logprobs(self) -> bool:
+        return OUTPUT_LOGPROBS in (self.include or [])
 
     @property
     def tool_choice_shown(self) -> str | dict[str, Any]:
@@ -183,8 +192,7 @@ class ResponsesRequest(StrictBody):
         refuse_not_taken(self.model_extra)
         why = {"conversation": "conversations are not stored: send it as input, or continue a stored response with "
                                "previous_response_id",
-               "include": "nothing extra can be included",
-               "prompt": "stored prompt templates are not supported", "top_logprobs": "logprobs are not supported here",
+               "prompt": "stored prompt templates are not supported",
                "max_tool_calls": "the number of function calls is not limited here",
                "previous_input_messages": "send earlier turns as input items",
                "enable_response_messages": "the response's messages are not returned"}
@@ -192,6 +200,10 @@ class ResponsesRequest(StrictBody):
             value = getattr(self, name)
             if value not in (None, False, [], 0):
                 raise InvalidInputError(f"{name} is not supported on /v1/responses: {reason}")
+        if other := [value for value in self.include or [] if value != OUTPUT_LOGPROBS]:
+            raise InvalidInputError(f"include: {other[0]!r} cannot be included here; only {OUTPUT_LOGPROBS!r} can")
+        if self.top_logprobs is not None and not 0 <= self.top_logprobs <= MAX_LOGPROBS:
+            raise InvalidInputError(f"top_logprobs must be an integer in [0, {MAX_LOGPROBS}], got {self.top_logprobs}")
         if self.service_tier not in (None, "auto", "default"):
             raise InvalidInputError(f"service_tier {self.service_tier!r} is not supported: there is one tier (auto)")
         if isinstance(self.reasoning, dict) and set(self.reasoning) - {"effort", "summary"}:

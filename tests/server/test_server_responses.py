@@ -27,6 +27,7 @@ WEATHER = {"type": "function", "name": "get_weather", "description": "the weathe
 CHAT_WEATHER = {"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "type"}}
 # the plain server only: this random model never ends a reasoning block, after which a call would come
 PLAIN = pytest.mark.parametrize("server", [None], ids=["plain"], indirect=True)
+LOGPROBS = "message.output_text.logprobs"
 MESSAGE_EVENTS = ["response.output_item.added", "response.content_part.added", "response.output_text.done",
                   "response.content_part.done", "response.output_item.done"]
 
@@ -133,7 +134,8 @@ def test_a_json_schema_format_is_the_chats_response_format(api: openai.OpenAI, s
     ({"tools": [WEATHER]}, "tool_choice"),  # "auto" needs --enable-auto-tool-choice, as in chat
     ({"tools": [WEATHER], "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
     ({"previous_response_id": "resp_1"}, "previous_response_id"), ({"background": True}, "background"),
-    ({"include": ["message.output_text.logprobs"]}, "include"), ({"top_logprobs": 2}, "top_logprobs"),
+    ({"include": ["reasoning.encrypted_content"]}, "include"), ({"include": "message.output_text.logprobs"}, "include"),
+    ({"top_logprobs": 21}, "top_logprobs"), ({"include": [LOGPROBS], "top_logprobs": -1}, "top_logprobs"),
     ({"max_tool_calls": 1}, "max_tool_calls"), ({"previous_input_messages": [{}]}, "previous_input_messages"),
     ({"enable_response_messages": True}, "enable_response_messages"), ({"service_tier": "flex"}, "service_tier"),
     ({"vllm_xargs": {"a": 1}}, "vllm_xargs"), ({"kv_transfer_params": {}}, "kv_transfer_params"),
@@ -245,8 +247,8 @@ def test_reasoning_then_content_open_and_close_their_items_in_turn() -> None:
                                                               engine=SimpleNamespace(model_name="m")),
                  SimpleNamespace(temperature=0.0, top_p=1.0), ChatText(reasoning_opened=True))
     events = _Events(view)
-    sent = [e for part in ({"reasoning": "a"}, {"reasoning": "b"}, {"content": "c"}) for e in events.part(part)]
-    sent += events.finish()
+    sent = [e for part in ({"reasoning": "a"}, {"reasoning": "b"}, {"content": "c"}) for e in events.part(part, [])]
+    sent += events.finish([])
     payloads = [json.loads(e.split("data: ", 1)[1]) for e in sent]
     assert [p["type"].removeprefix("response.") for p in payloads] == [
         "output_item.added", "content_part.added", "reasoning_text.delta", "reasoning_text.delta",
@@ -278,3 +280,90 @@ def test_a_stream_the_server_aborts_ends_with_openais_error_event() -> None:
     events = [json.loads(e.split("data: ", 1)[1]) for e in asyncio.run(collect())]
     assert [e["type"] for e in events] == ["response.created", "response.in_progress", "error"]
     assert events[-1]["code"] == "request_aborted" and "shutting down" in events[-1]["message"]
+
+
+def post(server: RunningServer, body: dict) -> dict:
+    response = httpx.post(server.base_url + "/v1/responses", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def output_text(response: dict) -> dict:
+    return next(item for item in response["output"] if item["type"] == "message")["content"][0]
+
+
+def streamed(server: RunningServer, body: dict) -> list[dict]:
+    with httpx.Client(base_url=server.base_url, timeout=60) as client:
+        with client.stream("POST", "/v1/responses", json={**body, "stream": True}) as response:
+            lines = response.iter_lines()
+            return [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
+
+
+def without_bytes(entries: list[dict]) -> list[dict]:
+    """Logprobs as the output_text events name them: no bytes."""
+    return [{"token": e["token"], "logprob": e["logprob"],
+             "top_logprobs": [{"token": t["token"], "logprob": t["logprob"]} for t in e["top_logprobs"]]}
+            for e in entries]
+
+
+def same_logprobs(a: list[dict], b: list[dict]) -> bool:
+    """The same tokens and alternatives, their logprobs equal up to float noise (a cached prefix is attended in
+    other pieces than a prompt computed whole)."""
+    def names(entries: list[dict]) -> list:
+        return [(e["token"], e.get("bytes"), [(t["token"], t.get("bytes")) for t in e["top_logprobs"]]) for e in entries]
+
+    def values(entries: list[dict]) -> list[float]:
+        return [v for e in entries for v in [e["logprob"]] + [t["logprob"] for t in e["top_logprobs"]]]
+
+    return names(a) == names(b) and values(a) == pytest.approx(values(b), abs=1e-4)
+
+
+def test_included_logprobs_are_the_chats_for_the_same_answer(api: openai.OpenAI, server: RunningServer) -> None:
+    """Every token's logprob and top alternatives, as chat's logprobs.content gives them (a reasoning model's
+    reasoning tokens included there, as in vLLM's whole response)."""
+    body = {"input": "hello there", "temperature": 0, "max_output_tokens": 8}
+    response = post(server, {**body, "include": [LOGPROBS], "top_logprobs": 3})
+    chat = httpx.post(server.base_url + "/v1/chat/completions", timeout=60, json={
+        "messages": [{"role": "user", "content": "hello there"}], "temperature": 0, "max_tokens": 8,
+        "logprobs": True, "top_logprobs": 3}).json()
+    entries = output_text(response)["logprobs"]
+    assert same_logprobs(entries, chat["choices"][0]["logprobs"]["content"]) and len(entries) == 8
+    assert all(len(e["top_logprobs"]) == 3 and isinstance(e["bytes"], list) for e in entries)
+    typed = api.responses.create(model=server.model, include=[LOGPROBS], top_logprobs=3, **body)
+    message = next(item for item in typed.output if item.type == "message")
+    assert [(lp.token, len(lp.top_logprobs)) for lp in message.content[0].logprobs] == [(e["token"], 3) for e in entries]
+    assert output_text(post(server, {**body, "include": [LOGPROBS]}))["logprobs"][0]["top_logprobs"] == []
+    assert output_text(post(server, {**body, "top_logprobs": 3}))["logprobs"] is None  # not included: not given
+
+
+@PLAIN
+def test_a_stream_gives_each_deltas_logprobs_and_the_whole_in_the_end(server: RunningServer) -> None:
+    body = {"input": "hello there", "temperature": 0, "max_output_tokens": 8, "include": [LOGPROBS],
+            "top_logprobs": 2}
+    whole = output_text(post(server, body))["logprobs"]
+    events = streamed(server, body)
+    deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+    assert same_logprobs([entry for e in deltas for entry in e["logprobs"]], without_bytes(whole))
+    assert "".join(e["token"] for e in whole) == "".join(e["delta"] for e in deltas)
+    (done,) = [e for e in events if e["type"] == "response.output_text.done"]
+    assert done["logprobs"] == [entry for e in deltas for entry in e["logprobs"]]
+    (part_done,) = [e for e in events if e["type"] == "response.content_part.done"]
+    assert part_done["part"]["logprobs"] == output_text(events[-1]["response"])["logprobs"]
+    assert same_logprobs(part_done["part"]["logprobs"], whole)
+    plain = streamed(server, {k: v for k, v in body.items() if k != "include"})
+    assert all(e["logprobs"] == [] for e in plain if e["type"].startswith("response.output_text."))
+    assert output_text(plain[-1]["response"])["logprobs"] is None
+
+
+@pytest.mark.parametrize("server", ["deepseek_r1"], ids=["reasoning"], indirect=True)
+def test_logprobs_of_a_hidden_reasoning_are_not_given(server: RunningServer) -> None:
+    """include_reasoning false leaves the reasoning out: its tokens' logprobs would show it, so none are given (null,
+    as vLLM), whole or streamed; this model's answer is all reasoning, whose deltas carry none anyway."""
+    body = {"input": "hello there", "temperature": 0, "max_output_tokens": 8, "include": [LOGPROBS]}
+    assert output_text(post(server, {**body, "include_reasoning": False}))["logprobs"] is None
+    events = streamed(server, {**body, "include_reasoning": False})
+    assert output_text(events[-1]["response"])["logprobs"] is None
+    assert all(e["logprobs"] == [] for e in events if e["type"].startswith("response.output_text."))
+    shown = streamed(server, body)
+    assert not [e for e in shown if e["type"] == "response.output_text.delta"]
+    assert output_text(shown[-1]["response"])["logprobs"] == []

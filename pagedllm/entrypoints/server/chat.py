@@ -13,7 +13,7 @@ from pagedllm.engine.async_engine import AsyncEngine, RequestAborted
 from pagedllm.engine.outputs import RequestOutput
 from pagedllm.entrypoints.protocol import ChatCompletionRequest
 from pagedllm.entrypoints.server import limits, sse
-from pagedllm.entrypoints.server.deltas import ChoiceDelta, DeltaTracker
+from pagedllm.entrypoints.server.deltas import ChoiceDelta, DeltaTracker, HeldTokens
 from pagedllm.entrypoints.server.errors import from_abort, sse_error
 from pagedllm.engine.token_text import TokenText
 from pagedllm.entrypoints.server.logprobs import TokenIdText, chat_logprobs, vllm_prompt_logprobs
@@ -97,7 +97,7 @@ class _View:
         self.usage = sse.ChunkUsage(body.stream_options, submission.prompt_lengths)
         self.chat_text = chat_text
         self._streams: dict[int, ChoiceStream] = {}
-        self._held: dict[int, _Held] = {}
+        self._held: dict[int, HeldTokens] = {}
 
     def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
         return {"id": self.submission.id, "object": obj, "created": self.submission.created,
@@ -137,7 +137,7 @@ class _View:
     def _delta_chunks(self, delta: ChoiceDelta) -> list[str]:
         """The chunks of a choice's new text: reasoning, content, tool calls, the finish. Tokens whose text is still
         held (a tool call, a tag not yet whole) go out (with their logprobs) in the next chunk sent."""
-        held = self._held.setdefault(delta.index, _Held())
+        held = self._held.setdefault(delta.index, HeldTokens())
         held.add(delta)
         stream = self._streams.setdefault(delta.index, ChoiceStream(self.chat_text))
         parts = stream.feed(delta.text, delta.finish_reason is not None)
@@ -149,11 +149,11 @@ class _View:
                                                   "stop_reason": delta.stop_reason}))
         return chunks
 
-    def _held_chunk(self, held: "_Held", choice: dict[str, Any]) -> str:
+    def _held_chunk(self, held: HeldTokens, choice: dict[str, Any]) -> str:
         """A chunk of `choice` that carries the held tokens (their logprobs and ids) out."""
-        logprobs = self._logprobs(held.logprobs)
-        token_ids = held.take()
-        return self._chunk({**choice, "logprobs": logprobs, **self._token_ids(token_ids)}, len(token_ids))
+        token_ids, logprobs = held.take()
+        return self._chunk({**choice, "logprobs": self._logprobs(logprobs), **self._token_ids(token_ids)},
+                           len(token_ids))
 
     def _role_chunk(self, index: int) -> str:
         """A choice's first chunk; the first of all carries the prompt's token ids and text, where asked for."""
@@ -187,23 +187,3 @@ class _View:
         finally:
             self.submission.abort_unfinished()
         yield sse.DONE
-
-
-class _Held:
-    """A streamed choice's tokens (and their logprobs) not yet sent in a chunk."""
-
-    def __init__(self) -> None:
-        self.token_ids: list[int] = []
-        self.logprobs: list | None = None
-
-    def add(self, delta: ChoiceDelta) -> None:
-        self.token_ids += delta.token_ids
-        if delta.logprobs is not None:
-            self.logprobs = self.logprobs or []
-            self.logprobs.extend(delta.logprobs)
-
-    def take(self) -> list[int]:
-        """The held tokens, as they go out now (their logprobs with them)."""
-        token_ids, self.token_ids, self.logprobs = self.token_ids, [], None
-        return token_ids
-

@@ -58,3 +58,25 @@ class DeltaTracker:
         sent.finished, sent.any_sent = finished, True
         sent.held_tokens, sent.held_logprobs, sent.held_text = [], [], ""
         return delta
+
+
+class HeldTokens:
+    """A streamed choice's tokens (and their logprobs) not yet sent: a delta's tokens wait here until the text they
+    made goes out (a tool call or a tag is held back until whole)."""
+
+    def __init__(self) -> None:
+        self.token_ids: list[int] = []
+        self.logprobs: list[TokenLogprob] | None = None
+
+    def add(self, delta: ChoiceDelta) -> None:
+        self.token_ids += delta.token_ids
+        if delta.logprobs is not None:
+            self.logprobs = self.logprobs or []
+            self.logprobs.extend(delta.logprobs)
+
+    def take(self) -> tuple[list[int], list[TokenLogprob] | None]:
+        """The held tokens and their logprobs, as they go out now."""
+        taken = self.token_ids, self.logprobs
+        self.token_ids, self.logprobs = [], None
+        return taken
+

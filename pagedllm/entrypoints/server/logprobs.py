@@ -54,7 +54,20 @@ def _top_with_sampled(entry: TokenLogprob, text_of: TokenText | TokenIdText) -> 
 
 def chat_logprobs(entries: list[TokenLogprob], text_of: TokenText | TokenIdText) -> dict[str, Any]:
     """{"content": [{"token", "logprob", "bytes", "top_logprobs"}]} as /v1/chat/completions returns."""
-    return {"content": [_chat_entry(e, text_of) for e in entries], "refusal": None}
+    return {"content": chat_logprob_entries(entries, text_of), "refusal": None}
+
+
+def chat_logprob_entries(entries: list[TokenLogprob], text_of: TokenText | TokenIdText) -> list[dict[str, Any]]:
+    """Per token {"token", "logprob", "bytes", "top_logprobs"}: chat's logprobs.content, a response's output_text's."""
+    return [_chat_entry(e, text_of) for e in entries]
+
+
+def delta_logprob_entries(entries: list[TokenLogprob], text_of: TokenText) -> list[dict[str, Any]]:
+    """Per token {"token", "logprob", "top_logprobs": [{"token", "logprob"}]}: the Responses API's output_text
+    events name no bytes."""
+    return [{"token": text_of(e.token_id), "logprob": finite(e.logprob),
+             "top_logprobs": [{"token": text_of(t), "logprob": finite(lp)} for t, lp in e.top.items()]}
+            for e in entries]
 
 
 def _chat_entry(entry: TokenLogprob, text_of: TokenText | TokenIdText) -> dict[str, Any]:

@@ -25,14 +25,16 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from pagedllm.engine.async_engine import AsyncEngine, RequestAborted
-from pagedllm.engine.outputs import RequestOutput
+from pagedllm.engine.outputs import RequestOutput, TokenLogprob
+from pagedllm.engine.token_text import TokenText
 from pagedllm.entrypoints.responses_protocol import ResponsesRequest
 from pagedllm.entrypoints.server import sse
 from pagedllm.entrypoints.server.chat import chat_prompt
 from pagedllm.entrypoints.server.chat_parsers import ChatParsers
 from pagedllm.entrypoints.server.chat_text import ChatText, ChoiceStream
-from pagedllm.entrypoints.server.deltas import DeltaTracker
+from pagedllm.entrypoints.server.deltas import DeltaTracker, HeldTokens
 from pagedllm.entrypoints.server.errors import APIError, from_abort
+from pagedllm.entrypoints.server.logprobs import chat_logprob_entries, delta_logprob_entries
 from pagedllm.entrypoints.server.request_body import parse_body
 from pagedllm.entrypoints.server.response_store import ResponseStore, StoredResponse, not_found
 from pagedllm.entrypoints.server.submission import Submission, check_capacity, check_model, submit, until_disconnected
@@ -60,7 +62,8 @@ async def create_response(request: Request) -> Any:
     prompt, params, opened = await chat_prompt(request, chat, params)
     chat_text = ChatText(tools, opened, body.include_reasoning, "", request.app.state.think_ids)
     submission = await submit(engine, "resp", [prompt], params, chat, request.headers)
-    view = _View(body, submission, params, chat_text, store if kept else None, body.chat_conversation(history))
+    view = _View(body, submission, params, chat_text, store if kept else None, body.chat_conversation(history),
+                 request.app.state.token_text)
     if body.background:
         return view.start_in_background()
     if body.stream:
@@ -135,9 +138,13 @@ class _View:
 
     def __init__(self, body: ResponsesRequest, submission: Submission, params: SamplingParams,
                  chat_text: ChatText, store: ResponseStore | None = None,
-                 conversation: list[dict[str, Any]] = ()) -> None:
+                 conversation: list[dict[str, Any]] = (), text_of: TokenText | None = None) -> None:
         self.body, self.submission, self.params, self.chat_text = body, submission, params, chat_text
         self.store, self.conversation = store, list(conversation)  # store: where this response is kept, if it is
+        # where include asked for logprobs, how tokens are named in them (else None: none given). Where include_reasoning
+        # leaves the reasoning out, its tokens' logprobs would show it: none are given then either (vLLM's null)
+        hidden = chat_text.reasoning_opened is not None and not chat_text.include_reasoning
+        self.text_of = text_of if body.includes_logprobs and not hidden else None
         self.id = submission.id.replace("resp-", "resp_", 1)
         self.message_id, self.reasoning_id = _item_id("msg"), _item_id("rs")
 
@@ -179,7 +186,7 @@ class _View:
         calls = message.get("tool_calls", [])
         output = [self.reasoning_item(message["reasoning"])] if message.get("reasoning") else []
         if message["content"] or not calls:
-            output.append(self.message_item(message["content"] or ""))
+            output.append(self.message_item(message["content"] or "", logprobs=completion.logprobs or []))
         output += [function_call_item(_item_id("fc"), call["id"], call["function"]["name"],
                                       call["function"]["arguments"]) for call in calls]
         return self.finished(final, output)
@@ -211,9 +218,24 @@ class _View:
                 "output_tokens": len(output_ids), "output_tokens_details": details,
                 "total_tokens": prompt_tokens + len(output_ids)}
 
-    def message_item(self, text: str | None, status: str = "completed") -> dict[str, Any]:
-        content = [] if text is None else [_part("output_text", text)]
+    def message_item(self, text: str | None, status: str = "completed",
+                     logprobs: list[TokenLogprob] = ()) -> dict[str, Any]:
+        """The message item; its output_text part carries `logprobs` where include asked for them: those of every
+        token of the answer as the whole response gives them (vLLM's), of its text's tokens as a stream gives them."""
+        content = [] if text is None else [{**_part("output_text", text), "logprobs": self.part_logprobs(logprobs)}]
         return {"id": self.message_id, "type": "message", "role": "assistant", "status": status, "content": content}
+
+    def part_logprobs(self, entries: list[TokenLogprob]) -> list[dict[str, Any]] | None:
+        """An output_text part's logprobs: null where none are given."""
+        if self.text_of is None:
+            return None
+        return chat_logprob_entries(entries, self.text_of)
+
+    def event_logprobs(self, entries: list[TokenLogprob]) -> list[dict[str, Any]]:
+        """An output_text event's logprobs (OpenAI's shape there: no bytes)."""
+        if self.text_of is None:
+            return []
+        return delta_logprob_entries(entries, self.text_of)
 
     def reasoning_item(self, text: str | None, status: str = "completed") -> dict[str, Any]:
         content = [] if text is None else [_part("reasoning_text", text)]
@@ -226,14 +248,15 @@ class _View:
         try:
             for name in ("response.created", "response.in_progress"):
                 yield events.event(name, response=self.in_progress())
-            tracker, text = DeltaTracker(1), ChoiceStream(self.chat_text)
+            tracker, text, held = DeltaTracker(1), ChoiceStream(self.chat_text), HeldTokens()
             async for output in self.submission.outputs():
                 for delta in tracker.deltas(0, output):
+                    held.add(delta)
                     for part in text.feed(delta.text, delta.finish_reason is not None):
-                        for event in events.part(part):
+                        for event in events.part(part, held.take()[1] or []):  # the first part takes the held tokens
                             yield event
                 last = output
-            for event in events.finish():
+            for event in events.finish(held.take()[1] or []):
                 yield event
             if last is not None:
                 yield events.event("response.completed", response=self.keep(self.finished(last, events.items)))
@@ -254,24 +277,33 @@ class _Events:
         self.items: list[dict[str, Any]] = []
         self.open: dict[str, Any] | None = None  # the item being streamed
         self.text = ""  # its text (a call's arguments) so far
+        self.logprobs: list[TokenLogprob] = []  # its text's tokens' logprobs so far (a message's)
 
     def event(self, name: str, **fields: Any) -> str:
         payload = {"type": name, "sequence_number": self.number, **fields}
         self.number += 1
         return f"event: {name}\n{sse.event(payload)}"
 
-    def part(self, part: dict[str, Any]) -> list[str]:
-        """The events of one delta of the answer: {"reasoning": text}, {"content": text} or {"tool_calls": [...]}."""
+    def part(self, part: dict[str, Any], logprobs: list[TokenLogprob]) -> list[str]:
+        """The events of one delta of the answer: {"reasoning": text}, {"content": text} or {"tool_calls": [...]};
+        `logprobs`: its tokens' (a message's text carries them, reasoning and calls not)."""
         if "tool_calls" in part:
             return [event for call in part["tool_calls"] for event in self._call(call)]
         kind, text = ("reasoning", part["reasoning"]) if "reasoning" in part else ("message", part["content"])
         events = [] if self.open is not None and self.open["type"] == kind else self.close() + self._open_text(kind)
         self.text += text
-        return events + [self.event(f"response.{PART[kind]}.delta", **self._at(), content_index=0, delta=text)]
+        if kind == "reasoning":
+            return events + [self.event("response.reasoning_text.delta", **self._at(), content_index=0, delta=text)]
+        self.logprobs += logprobs
+        return events + [self.event("response.output_text.delta", **self._at(), content_index=0, delta=text,
+                                    logprobs=self.view.event_logprobs(logprobs))]
 
-    def finish(self) -> list[str]:
+    def finish(self, logprobs: list[TokenLogprob]) -> list[str]:
         """The events that end the answer: the open item's, and an empty message item's where neither text nor a
-        call was sent (the whole response has one then)."""
+        call was sent (the whole response has one then). `logprobs`: of the last tokens, whose text never came (an
+        end-of-text token), kept with an open message's."""
+        if self.open is not None and self.open["type"] == "message":
+            self.logprobs += logprobs
         events = self.close()
         if any(item["type"] in ("message", "function_call") for item in self.items):
             return events
@@ -279,16 +311,19 @@ class _Events:
 
     def close(self) -> list[str]:
         """The events that finish the open item, if any."""
-        item, text = self.open, self.text
+        item, text, logprobs = self.open, self.text, self.logprobs
         if item is None:
             return []
-        self.open, self.text = None, ""
+        self.open, self.text, self.logprobs = None, "", []
         if item["type"] == "function_call":
             done = {**item, "arguments": text, "status": "completed"}
             events = [self.event("response.function_call_arguments.done", **self._at(item), arguments=text)]
         else:
-            done = self.text_item[item["type"]](text)
-            events = [self.event(f"response.{PART[item['type']]}.done", **self._at(item), content_index=0, text=text),
+            message = item["type"] == "message"
+            done = self.view.message_item(text, logprobs=logprobs) if message else self.view.reasoning_item(text)
+            shown = {"logprobs": self.view.event_logprobs(logprobs)} if message else {}
+            events = [self.event(f"response.{PART[item['type']]}.done", **self._at(item), content_index=0, text=text,
+                                 **shown),
                       self.event("response.content_part.done", **self._at(item), content_index=0,
                                  part=done["content"][0])]
         self.items.append(done)
@@ -296,8 +331,9 @@ class _Events:
 
     def _open_text(self, kind: str) -> list[str]:
         self.open = self.text_item[kind](None, "in_progress")
+        part = {**_part(PART[kind], ""), **({"logprobs": []} if kind == "message" else {})}
         return [self.event("response.output_item.added", output_index=len(self.items), item=self.open),
-                self.event("response.content_part.added", **self._at(), content_index=0, part=_part(PART[kind], ""))]
+                self.event("response.content_part.added", **self._at(), content_index=0, part=part)]
 
     def _call(self, delta: dict[str, Any]) -> list[str]:
         """A tool_calls entry: a new call (it has its id) opens a function_call item; arguments go out as deltas."""
