@@ -106,9 +106,10 @@ class ModelRunner:
                 return StepLogits.dense(self.graphs.replay(step))
             hidden = self.hidden_states(step)
             picks = self.model.greedy_picks(hidden)
-            if picks is None or bool(picks[1].isnan().any()):
+            logits = None if picks is None else StepLogits.greedy_picks(*picks)
+            if logits is None:
                 return StepLogits.dense(self.model.compute_logits(hidden))
-        return StepLogits.greedy_picks(*picks)
+        return logits
 
     def forward(self, step: "StepTensors") -> torch.Tensor:
         """The model over one step's device tensors: logits of step.logits_rows."""
@@ -116,8 +117,9 @@ class ModelRunner:
 
     def hidden_states(self, step: "StepTensors") -> torch.Tensor:
         """The model's last hidden states at step.logits_rows."""
-        return self.model(step.input_ids, step.positions, self.kv_caches, step.meta, self.attention_impl,
-                          step.logits_rows, step.logits_meta)
+        rows = None if step.every_row else step.logits_rows
+        return self.model(step.input_ids, step.positions, self.kv_caches, step.meta, self.attention_impl, rows,
+                          step.logits_meta)
 
     def prepare(self, seqs: list[SeqInput]) -> StepTensors:
         """All of the step's tensors, built once on the host (the layers share them), then sent in one copy."""

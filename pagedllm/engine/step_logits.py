@@ -7,6 +7,7 @@ row. Under tensor parallelism each rank holds a slice of the vocabulary, and suc
 ranks to their pick: rank 0 never sees the whole row.
 """
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -26,11 +27,15 @@ class StepLogits:
         return cls(logits, list(range(logits.shape[0])))
 
     @classmethod
-    def greedy_picks(cls, tokens: torch.Tensor, logprobs: torch.Tensor) -> "StepLogits":
+    def greedy_picks(cls, tokens: torch.Tensor, logprobs: torch.Tensor) -> "StepLogits | None":
         """Every row known only by its greedy token and raw logprob ([rows] each, where the head ran): one copy
-        back, as the sampler's (float64 holds the ids exactly and the float32 logprobs unchanged)."""
+        back, as the sampler's (float64 holds the ids exactly and the float32 logprobs unchanged). None where a
+        row's logprob is NaN: its logits are not all finite, and the full logits decide (checked on the host lists,
+        where it costs less than a pass over the tensor)."""
         host = to_host(torch.stack([tokens.double(), logprobs.double()]), "sampled tokens")
         picks = [SampleResult(int(t), lp, None) for t, lp in zip(*host.tolist())]
+        if any(math.isnan(p.logprob) for p in picks):
+            return None
         return cls(logprobs.new_empty(0, 0), [-1] * len(picks), dict(enumerate(picks)))
 
     def rows(self, rows: list[int]) -> torch.Tensor:

@@ -28,3 +28,8 @@ class StepTensors:
     # (AttentionMetadata.last_tokens): the other rows' outputs feed nothing after the last layer's K/V.
     logits_meta: AttentionMetadata | None = None
     num_prompt_rows: int = 0  # how many of logits_rows (the last ones) are prompt_logits rows
+
+    @property
+    def every_row(self) -> bool:
+        """Whether logits_rows are all the step's rows in order (a decode step's): its hidden states need no cut."""
+        return self.num_prompt_rows == 0 and self.logits_rows.numel() == self.input_ids.numel()
