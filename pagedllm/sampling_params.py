@@ -10,6 +10,7 @@ from pagedllm.repetition_detection import RepetitionDetectionParams
 from pagedllm.structured_outputs import StructuredOutputsParams
 
 MAX_LOGPROBS = 20
+MAX_LOGPROB_TOKEN_IDS = 128  # as vLLM bounds logprob_token_ids
 MAX_LOGIT_BIAS = 100  # as OpenAI bounds it
 MAX_BAD_WORDS = 128  # as vLLM bounds their token sequences (engine/bad_words.py): each is checked every step
 # Temperature and repetition penalty divide float32 logits: past these bounds (a temperature of 0 apart) the
@@ -43,6 +44,9 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     logprobs: int | None = None  # top-k alternatives per token, 0..20
+    # vLLM's: instead of the top-k, these tokens' logprobs at every generated position (up to 128; `logprobs`, if set,
+    # must count them); an empty list is none
+    logprob_token_ids: list[int] | None = None
     prompt_logprobs: int | None = None  # each prompt token's logprob and its top-k alternatives, 0..20
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
@@ -75,6 +79,11 @@ class SamplingParams:
         self._check_bad_words()
         self._check_stops()
         self._check_beam()
+
+    @property
+    def num_logprobs(self) -> int | None:
+        """Alternatives per generated token that come back (the top-k, or logprob_token_ids'), None for no logprobs."""
+        return len(self.logprob_token_ids) if self.logprob_token_ids is not None else self.logprobs
 
     @property
     def greedy(self) -> bool:
@@ -182,6 +191,21 @@ class SamplingParams:
             lp = getattr(self, name)
             _check(lp is None or (is_int(lp) and 0 <= lp <= MAX_LOGPROBS), name,
                    f"must be an integer in [0, {MAX_LOGPROBS}] or None", lp)
+        self._check_logprob_token_ids()
+
+    def _check_logprob_token_ids(self) -> None:
+        ids = self.logprob_token_ids
+        if ids is None:
+            return
+        _check(isinstance(ids, (list, tuple)), "logprob_token_ids", "must be a list of token ids", ids)
+        _check(len(ids) <= MAX_LOGPROB_TOKEN_IDS, "logprob_token_ids", f"may hold at most {MAX_LOGPROB_TOKEN_IDS} ids",
+               len(ids))
+        for t in ids:
+            _check(is_int(t) and t >= 0, "logprob_token_ids", "must contain token ids (integers >= 0)", t)
+        self.logprob_token_ids = list(dict.fromkeys(ids)) or None  # each once, in order; empty: none (vLLM's)
+        if self.logprob_token_ids is not None and self.logprobs is not None:
+            _check(self.logprobs == len(ids), "logprobs", f"must equal the {len(ids)} logprob_token_ids where both "
+                   "are given (they replace the top-k)", self.logprobs)
 
     def _check_sampling(self) -> None:
         t = self.temperature
@@ -260,6 +284,8 @@ class SamplingParams:
         # what the search does not apply is refused, not ignored
         _check(not self.stop, "stop", "(stop strings) is not supported with use_beam_search", self.stop)
         _check(self.logprobs is None, "logprobs", "is not supported with use_beam_search", self.logprobs)
+        _check(self.logprob_token_ids is None, "logprob_token_ids", "is not supported with use_beam_search",
+               self.logprob_token_ids)
         _check(not self.has_logit_bias, "logit_bias", "is not supported with use_beam_search", self.logit_bias)
         _check(not self.restricts_tokens, "allowed_token_ids", "is not supported with use_beam_search",
                self.allowed_token_ids)

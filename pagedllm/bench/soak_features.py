@@ -40,6 +40,8 @@ def _chat(rng: random.Random, i: int) -> tuple[str, dict[str, Any]]:
     _sampling(rng, body)
     if rng.random() < 0.3:
         body.update(logprobs=True, top_logprobs=rng.randint(0, 3))
+        if rng.random() < 0.3:  # vLLM's: these tokens' logprobs instead of the top-k
+            body["logprob_token_ids"] = [rng.randrange(256) for _ in range(rng.randint(1, 4))]  # in any test vocabulary
     if not body["stream"] and rng.random() < 0.2:
         body["prompt_logprobs"] = rng.randint(0, 2)
     return "/v1/chat/completions", body
@@ -61,6 +63,8 @@ def _response(rng: random.Random, i: int) -> tuple[str, dict[str, Any]]:
     body: dict[str, Any] = {"input": f"Question {i}: what is a block table?", "stream": rng.random() < 0.5}
     if rng.random() < 0.3:
         body["instructions"] = "Answer in one sentence."
+    if rng.random() < 0.2:
+        body.update(include=["message.output_text.logprobs"], top_logprobs=rng.randint(0, 2))
     draw = rng.random()
     if draw < 0.2:
         body["text"] = {"format": {"type": "json_schema", "name": "p", "schema": SCHEMA}}

@@ -248,7 +248,8 @@ class LLMEngine:
             raise InvalidInputError("allowed_token_ids are all stop tokens, which min_tokens forbids at first: no "
                                     "token could be sampled")
         for name, ids in (("stop_token_ids", params.stop_token_ids), ("logit_bias", params.logit_bias or {}),
-                          ("allowed_token_ids", params.allowed_token_ids or [])):
+                          ("allowed_token_ids", params.allowed_token_ids or []),
+                          ("logprob_token_ids", params.logprob_token_ids or [])):
             if outside := [t for t in ids if t >= vocab]:
                 raise InvalidInputError(f"{name} must name tokens below the vocabulary size {vocab}; got {outside[:3]}")
         if params.thinking_token_budget is not None and self.output_stage.think_tags is None:

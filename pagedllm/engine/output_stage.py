@@ -58,7 +58,7 @@ class OutputStage:
         params = request.params
         stop_ids = frozenset(params.stop_ids(self.eos_token_ids))
         detokenizer = IncrementalDetokenizer(self.tokenizer, params, request.prompt_token_ids, stop_ids)
-        logprobs = [] if params.logprobs is not None else None
+        logprobs = [] if params.num_logprobs is not None else None
         grammar = None if request.grammar is None else new_matcher(request.grammar)
         return Completion(index, detokenizer, self._generator(request, index), logprobs, grammar,
                           self._thinking(request))

@@ -20,7 +20,8 @@ class TokenLogprob(Mapping[int, Logprob]):
 
     token_id: int
     logprob: float
-    top: dict[int, float]  # the top-k alternatives (token id -> logprob), k = SamplingParams.logprobs
+    # the top-k alternatives (token id -> logprob), k = SamplingParams.logprobs; or logprob_token_ids' tokens, in order
+    top: dict[int, float]
     rank: int | None = None  # the token's rank in the vocabulary (how many tokens are at least as likely)
     text_of: Callable[[int], str] | None = field(default=None, repr=False, compare=False)  # a token's text
 

@@ -364,19 +364,33 @@ def vocabulary_ranks(scores: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor
 def _top_logprobs(
     raw: torch.Tensor, log_z: torch.Tensor, tokens: torch.Tensor, rows: list[SamplingRow]
 ) -> tuple[list[dict[int, float] | None], list[int | None]]:
-    """Per row that asks for logprobs: its top-k and its token's rank (vLLM's count: the tokens at least as
-    likely, itself included), in one more copy back; None for the other rows."""
-    wanted = [r.params.logprobs for r in rows]
-    k_max = max((k for k in wanted if k is not None), default=None)
-    if k_max is None:
+    """Per row that asks for logprobs: its top-k (or its logprob_token_ids' logprobs, in their order) and its token's
+    rank (vLLM's count: the tokens at least as likely, itself included), in one more copy back; None for the other
+    rows."""
+    wanted = [r.params.logprobs if r.params.logprob_token_ids is None else None for r in rows]
+    named = [r.params.logprob_token_ids or [] for r in rows]
+    k_max = max((k for k in wanted if k is not None), default=0)
+    width = max(map(len, named))
+    if all(r.params.num_logprobs is None for r in rows):
         return [None] * len(rows), [None] * len(rows)
-    counts = vocabulary_ranks(raw, tokens[:, None])  # every row: no row index to send
-    values, indices = raw.topk(k_max, dim=-1)
-    host = to_host(torch.cat([counts.double(), (values - log_z).double(), indices.double()], dim=1), "top logprobs")
+    columns = [vocabulary_ranks(raw, tokens[:, None]).double()]  # every row: no row index to send
+    if k_max:
+        values, indices = raw.topk(k_max, dim=-1)
+        columns += [(values - log_z).double(), indices.double()]
+    if width:  # each row's named tokens, padded with token 0 (never read back)
+        ids = to_device(torch.tensor([t + [0] * (width - len(t)) for t in named]), raw.device, "logprob token ids")
+        columns.append((raw.gather(1, ids) - log_z).double())
+    host = to_host(torch.cat(columns, dim=1), "top logprobs")
     top: list[dict[int, float] | None] = []
     ranks: list[int | None] = []
-    for row, k in zip(host.tolist(), wanted):
-        ids, logprobs = row[1 + k_max : 1 + k_max + (k or 0)], row[1 : 1 + (k or 0)]
-        top.append(None if k is None else {int(t): lp for t, lp in zip(ids, logprobs)})
-        ranks.append(None if k is None else int(row[0]))
+    for row, k, ids, r in zip(host.tolist(), wanted, named, rows):
+        if r.params.num_logprobs is None:
+            top.append(None)
+            ranks.append(None)
+            continue
+        if ids:
+            top.append(dict(zip(ids, row[1 + 2 * k_max : 1 + 2 * k_max + len(ids)])))
+        else:
+            top.append({int(t): lp for t, lp in zip(row[1 + k_max : 1 + k_max + k], row[1 : 1 + k])})
+        ranks.append(int(row[0]))
     return top, ranks

@@ -52,4 +52,4 @@ class StepLogits:
 def greedy_only(row: SamplingRow) -> bool:
     """Whether sampling this row needs nothing but the raw argmax and its logprob (a grammar masks the logits
     first)."""
-    return row.params.greedy and row.params.logprobs is None and row.grammar is None and not changes_logits(row)
+    return row.params.greedy and row.params.num_logprobs is None and row.grammar is None and not changes_logits(row)

@@ -52,7 +52,6 @@ NOT_TAKEN = {
     "guided_regex": _GUIDED,
     "guided_choice": _GUIDED,
     "guided_grammar": _GUIDED,
-    "logprob_token_ids": "logprobs give the top-k only",
     "vllm_xargs": "there are no custom extensions",
     "watermarking": "outputs are not watermarked",
     "return_token_offsets": "use /tokenize",
@@ -118,6 +117,7 @@ class SamplingFields(StrictBody):
     use_beam_search: bool = False  # vLLM's: n beams (pagedllm/engine/beam.py); not streamed by /v1/completions
     length_penalty: float = 1.0  # vLLM's, with use_beam_search
     prompt_logprobs: int | None = None  # vLLM's: each prompt token's logprob and its top-k, in the response
+    logprob_token_ids: list[int] | None = None  # vLLM's: these tokens' logprobs instead of the top-k (needs logprobs)
     return_token_ids: bool = False  # vLLM's: the prompt's and each choice's token ids beside the text
     return_tokens_as_token_ids: bool = False  # vLLM's: logprobs name tokens "token_id:<id>"
 
@@ -142,6 +142,15 @@ class SamplingFields(StrictBody):
         if self.structured_outputs is not None:
             return StructuredOutputsParams.from_value(self.structured_outputs)
         return from_format
+
+    def _logprob_counts(self, top_k: int | None) -> dict[str, Any]:
+        """SamplingParams' logprobs and logprob_token_ids for a request asking for `top_k` alternatives (None: no
+        logprobs): vLLM's logprob_token_ids, where given, replace the top-k and need logprobs asked for."""
+        if not self.logprob_token_ids:
+            return {"logprobs": top_k}
+        if top_k is None:
+            raise InvalidInputError("logprob_token_ids needs logprobs: set logprobs (with chat, to true) as well")
+        return {"logprobs": None, "logprob_token_ids": self.logprob_token_ids}
 
     def _sampling_kwargs(self, defaults: dict[str, Any]) -> dict[str, Any]:
         """The request's sampling fields; where it leaves one out, the model's default (generation_config.json)
@@ -231,9 +240,12 @@ class CompletionRequest(SamplingFields):
         if self.use_beam_search and self.stream:
             raise InvalidInputError("use_beam_search cannot be streamed by /v1/completions (as in vLLM): its beams "
                                     "are known only at the end")
+        if self.scores_the_prompt and self.logprob_token_ids:
+            raise InvalidInputError("logprob_token_ids needs generated tokens: echo with max_tokens 0 scores the "
+                                    "prompt alone")
         max_tokens = 1 if self.scores_the_prompt else self.max_tokens
-        return SamplingParams(max_tokens=max_tokens, logprobs=self.logprobs, prompt_logprobs=self.prompt_logprobs_k,
-                              **self._sampling_kwargs(defaults or {}))
+        return SamplingParams(max_tokens=max_tokens, prompt_logprobs=self.prompt_logprobs_k,
+                              **self._logprob_counts(self.logprobs), **self._sampling_kwargs(defaults or {}))
 
     @property
     def prompt_logprobs_k(self) -> int | None:
@@ -341,7 +353,7 @@ class ChatCompletionRequest(SamplingFields, _TemplateFields):
         max_tokens, max_tokens_field = self.asked_max_tokens()
         if max_tokens is None:
             max_tokens = defaults.get("max_tokens")
-        logprobs = (self.top_logprobs or 0) if self.logprobs else None
+        logprobs = self._logprob_counts((self.top_logprobs or 0) if self.logprobs else None)
         kwargs = self._sampling_kwargs(defaults)
         if tools is not None and tools.forced:
             if kwargs["structured_outputs"] is not None:
@@ -351,7 +363,7 @@ class ChatCompletionRequest(SamplingFields, _TemplateFields):
         if tools is not None and tools.mode == "auto":
             kwargs["skip_special_tokens"] = False
         try:
-            return SamplingParams(max_tokens=max_tokens, logprobs=logprobs, prompt_logprobs=self.prompt_logprobs,
+            return SamplingParams(max_tokens=max_tokens, **logprobs, prompt_logprobs=self.prompt_logprobs,
                                   **kwargs)
         except InvalidInputError as exc:  # named as this request named the field
             renamed = {"logprobs": "top_logprobs", "max_tokens": max_tokens_field}

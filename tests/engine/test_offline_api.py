@@ -248,3 +248,42 @@ def test_reset_prefix_cache_forgets_the_cached_prefixes(tiny_llama_dir):
     llm.generate([prompt], params)
     assert llm.stats().prefix_hits_tokens == hits
     assert llm.stats().blocks_used == 0
+
+
+def test_logprob_token_ids_give_those_tokens_logprobs_at_every_position(llm, hf_model):
+    """vLLM's logprob_token_ids: each named token's logprob (transformers' for the same positions), in the order
+    named, each once, in a batch beside a top-k request and one without logprobs, which stay as they are alone."""
+    prompts = random_prompts(3, seed=7, low=10, high=14)
+    named = [300, 5, 77, 5, 1]
+    sampled = {"max_tokens": 6, "temperature": 1.2, "seed": 4, "ignore_eos": True}
+    asked = [SamplingParams(logprob_token_ids=named, **sampled), SamplingParams(logprobs=3, **sampled),
+             SamplingParams(**sampled)]
+    together = llm.generate(prompts, asked, use_tqdm=False)
+    alone = [llm.generate([p], params, use_tqdm=False)[0] for p, params in zip(prompts, asked)]
+    completion = together[0].outputs[0]
+    with torch.no_grad():
+        logits = hf_model(torch.tensor([prompts[0] + completion.token_ids])).logits[0, len(prompts[0]) - 1 : -1]
+    want = torch.log_softmax(logits.float(), dim=-1)
+    for position, entry in enumerate(completion.logprobs):
+        assert list(entry.top) == [300, 5, 77, 1]
+        assert list(entry.top.values()) == pytest.approx(want[position, [300, 5, 77, 1]].tolist(), abs=1e-4)
+        check_rank(want[position], entry)
+    for both, one in zip(together, alone):
+        assert both.outputs[0].token_ids == one.outputs[0].token_ids
+        for a, b in zip(both.outputs[0].logprobs or [], one.outputs[0].logprobs or [], strict=True):
+            assert list(a.top) == list(b.top) and list(a.top.values()) == pytest.approx(list(b.top.values()))
+    assert together[2].outputs[0].logprobs is None and len(together[1].outputs[0].logprobs[0].top) == 3
+
+
+@pytest.mark.parametrize("fields,name", [
+    ({"logprob_token_ids": list(range(129))}, "logprob_token_ids"), ({"logprob_token_ids": [-1]}, "logprob_token_ids"),
+    ({"logprob_token_ids": [1, 2], "logprobs": 3}, "logprobs"),
+    ({"logprob_token_ids": [1], "use_beam_search": True, "temperature": 0.0}, "logprob_token_ids")])
+def test_bad_logprob_token_ids_are_refused_by_name(fields, name):
+    with pytest.raises(InvalidInputError, match=f"^{name} "):
+        SamplingParams(**fields)
+
+
+def test_logprob_token_ids_past_the_vocabulary_are_refused(llm):
+    with pytest.raises(InvalidInputError, match="logprob_token_ids must name tokens below the vocabulary"):
+        llm.generate(["hi"], SamplingParams(logprob_token_ids=[10**6]), use_tqdm=False)

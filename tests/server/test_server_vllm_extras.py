@@ -157,6 +157,56 @@ def test_tokens_as_token_ids_name_every_logprob_by_its_id(http: httpx.Client) ->
     assert [e["token"] for e in chat["logprobs"]["content"]] == [f"token_id:{t}" for t in chat["token_ids"]]
 
 
+NAMED = [300, 5, 77, 5]  # token ids whose logprobs vLLM's logprob_token_ids asks for (5 twice: given once)
+
+
+def test_logprob_token_ids_give_the_token_then_the_named_ones_in_vllms_shapes(http: httpx.Client) -> None:
+    """Each position's top_logprobs: the token itself, then the named tokens in order (vLLM's shapes); their values
+    those of the same tokens in a top-20 answer where it has them, and the same whole and streamed."""
+    base = {"prompt": PROMPT, "max_tokens": 4, "temperature": 0, "ignore_eos": True, "return_token_ids": True}
+    named = post(http, "/v1/completions", **base, logprobs=0, logprob_token_ids=NAMED)["choices"][0]
+    top = post(http, "/v1/completions", **base, logprobs=20)["choices"][0]
+    assert named["token_ids"] == top["token_ids"]
+    texts = [post(http, "/detokenize", tokens=[t])["prompt"] for t in (300, 5, 77)]
+    for token, entry, wide in zip(named["logprobs"]["tokens"], named["logprobs"]["top_logprobs"],
+                                  top["logprobs"]["top_logprobs"]):
+        assert list(entry) == list(dict.fromkeys([token, *texts]))
+        assert all(entry[text] == pytest.approx(wide[text], abs=1e-4) for text in entry if text in wide)
+    streamed = [e["choices"][0]["logprobs"] for e in chunks(http, "/v1/completions", **base, logprobs=0,
+                                                              logprob_token_ids=NAMED) if e["choices"]]
+    joined = [t for lp in streamed if lp for t in lp["top_logprobs"]]
+    assert [list(t) for t in joined] == [list(t) for t in named["logprobs"]["top_logprobs"]]
+    assert [v for t in joined for v in t.values()] == pytest.approx(
+        [v for t in named["logprobs"]["top_logprobs"] for v in t.values()], abs=1e-4)
+    chat = {"messages": MSG, "max_tokens": 3, "temperature": 0, "ignore_eos": True, "logprobs": True}
+    content = post(http, "/v1/chat/completions", **chat, logprob_token_ids=NAMED)["choices"][0]["logprobs"]["content"]
+    for entry in content:
+        assert [t["token"] for t in entry["top_logprobs"]] == list(dict.fromkeys([entry["token"], *texts]))
+        assert entry["top_logprobs"][0]["logprob"] == entry["logprob"]
+    joined = [e for c in chunks(http, "/v1/chat/completions", **chat, logprob_token_ids=NAMED) if c["choices"]
+              and c["choices"][0]["logprobs"] for e in c["choices"][0]["logprobs"]["content"]]
+    # the stream's prompt comes from the prefix cache, attended in other pieces: its floats may differ a little
+    assert [[t["token"] for t in e["top_logprobs"]] for e in joined] == [
+        [t["token"] for t in e["top_logprobs"]] for e in content]
+    assert [t["logprob"] for e in joined for t in e["top_logprobs"]] == pytest.approx(
+        [t["logprob"] for e in content for t in e["top_logprobs"]], abs=1e-4)
+
+
+@pytest.mark.parametrize("path,body,param", [
+    ("/v1/completions", {"prompt": PROMPT, "logprob_token_ids": [5]}, "logprob_token_ids"),  # logprobs not set
+    ("/v1/chat/completions", {"messages": MSG, "logprob_token_ids": [5], "logprobs": False}, "logprob_token_ids"),
+    ("/v1/completions", {"prompt": PROMPT, "logprobs": 1, "logprob_token_ids": list(range(129))}, "logprob_token_ids"),
+    ("/v1/completions", {"prompt": PROMPT, "logprobs": 1, "logprob_token_ids": [10**6]}, "logprob_token_ids"),
+    ("/v1/completions", {"prompt": PROMPT, "logprobs": 1, "logprob_token_ids": [5], "echo": True, "max_tokens": 0},
+     "logprob_token_ids"),
+    ("/v1/completions", {"prompt": PROMPT, **BEAM, "logprobs": None, "logprob_token_ids": [5]}, "logprob_token_ids")])
+def test_logprob_token_ids_that_cannot_be_honoured_are_400s(http: httpx.Client, path: str, body: dict,
+                                                            param: str) -> None:
+    response = http.post(path, json=body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
+
+
 def test_beam_search_answers_the_engines_own_beams(http: httpx.Client, offline_beams: list[list[int]]) -> None:
     body = post(http, "/v1/completions", prompt=PROMPT, return_token_ids=True, **BEAM)
     assert [c["token_ids"] for c in body["choices"]] == offline_beams

@@ -16,7 +16,7 @@ from pagedllm.entrypoints.server import limits, sse
 from pagedllm.entrypoints.server.deltas import ChoiceDelta, DeltaTracker, HeldTokens
 from pagedllm.entrypoints.server.errors import from_abort, sse_error
 from pagedllm.engine.token_text import TokenText
-from pagedllm.entrypoints.server.logprobs import TokenIdText, chat_logprobs, vllm_prompt_logprobs
+from pagedllm.entrypoints.server.logprobs import TokenIdText, chat_logprobs, token_first, vllm_prompt_logprobs
 from pagedllm.entrypoints.server.prompts import PromptProcessor
 from pagedllm.entrypoints.server.request_body import parse_body
 from pagedllm.entrypoints.server.submission import (Submission, check_capacity, check_model, submit,
@@ -106,7 +106,7 @@ class _View:
     def _logprobs(self, entries: list | None) -> dict[str, Any] | None:
         if entries is None or not self.body.logprobs:
             return None
-        return chat_logprobs(entries, self.names)
+        return chat_logprobs(token_first(entries) if self.body.logprob_token_ids else entries, self.names)
 
     def response(self, final: RequestOutput) -> dict[str, Any]:
         choices = [{"index": c.index, **self.chat_text.message(c.text, c.finish_reason),

@@ -16,7 +16,7 @@ from pagedllm.entrypoints.server import limits, sse
 from pagedllm.entrypoints.server.deltas import ChoiceDelta, DeltaTracker
 from pagedllm.entrypoints.server.errors import from_abort, sse_error
 from pagedllm.engine.token_text import TokenText
-from pagedllm.entrypoints.server.logprobs import (TokenIdText, completion_logprobs, prompt_logprobs,
+from pagedllm.entrypoints.server.logprobs import (TokenIdText, completion_logprobs, prompt_logprobs, token_first,
                                                    vllm_prompt_logprobs)
 from pagedllm.entrypoints.server.prompts import PromptProcessor
 from pagedllm.entrypoints.server.request_body import parse_body
@@ -82,7 +82,7 @@ class _View:
     def _logprobs(self, entries: list | None, offset: int) -> dict[str, Any] | None:
         if entries is None or self.body.logprobs is None:
             return None
-        return completion_logprobs(entries, self.names, offset)
+        return completion_logprobs(token_first(entries) if self.body.logprob_token_ids else entries, self.names, offset)
 
     def _echo(self, prompt_index: int, output: RequestOutput) -> tuple[str, dict[str, Any] | None, int]:
         """The echoed prompt: its text, its logprobs (when asked for) and where its completions' text_offset

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from typing import Any
 
 from pagedllm.engine.outputs import TokenLogprob
@@ -39,6 +40,13 @@ def prompt_logprobs(prompt_ids: list[int], entries: list[TokenLogprob | None],
         "top_logprobs": [None] + [_top_with_sampled(e, text_of) for e in entries[1:]],
         "text_offset": list(itertools.accumulate((len(t) for t in tokens[:-1]), initial=0)) if tokens else [],
     }
+
+
+def token_first(entries: list[TokenLogprob]) -> list[TokenLogprob]:
+    """Entries of logprob_token_ids as vLLM gives them: the token itself first among the alternatives, then the
+    named tokens in their order (each once)."""
+    return [replace(e, top={e.token_id: e.logprob, **{t: lp for t, lp in e.top.items() if t != e.token_id}})
+            for e in entries]
 
 
 def _top_with_sampled(entry: TokenLogprob, text_of: TokenText | TokenIdText) -> dict[str, float]:
