@@ -59,6 +59,7 @@ class SamplingParams:
     # end a completion whose output repeats a pattern of tokens (finish_reason "repetition"), as vLLM's; a dict too
     repetition_detection: RepetitionDetectionParams | None = None
     truncate_prompt_tokens: int | None = None  # keep the prompt's last N tokens (-1: max_model_len), as vLLM does
+    truncation_side: Literal["left", "right"] = "left"  # vLLM's: "right" keeps the prompt's first N tokens instead
     # what the output must be (a JSON schema, any JSON object, a regex, a choice, a grammar); a dict of its fields too
     structured_outputs: StructuredOutputsParams | None = None
     use_beam_search: bool = False
@@ -135,7 +136,7 @@ class SamplingParams:
         keep = max_model_len if keep == -1 else keep
         _check(keep <= max_model_len, "truncate_prompt_tokens", f"must be -1 or in [1, max_model_len={max_model_len}]",
                self.truncate_prompt_tokens)
-        return token_ids[-keep:]
+        return token_ids[-keep:] if self.truncation_side == "left" else token_ids[:keep]
 
     def _normalize(self) -> None:
         if isinstance(self.stop, str):
@@ -187,6 +188,8 @@ class SamplingParams:
         keep = self.truncate_prompt_tokens
         _check(keep is None or (is_int(keep) and (keep == -1 or keep >= 1)), "truncate_prompt_tokens",
                "must be -1 or an integer >= 1", keep)
+        _check(self.truncation_side in ("left", "right"), "truncation_side", "must be 'left' or 'right'",
+               self.truncation_side)
         for name in ("logprobs", "prompt_logprobs"):
             lp = getattr(self, name)
             _check(lp is None or (is_int(lp) and 0 <= lp <= MAX_LOGPROBS), name,

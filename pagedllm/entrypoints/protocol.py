@@ -112,7 +112,7 @@ class SamplingFields(StrictBody):
     bad_words: list[str] | None = None  # vLLM's: words never sampled
     thinking_token_budget: ThinkingTokenBudget = None  # vLLM's: reasoning blocks end after this many tokens
     repetition_detection: dict[str, Any] | None = None  # vLLM's: end an output that repeats a pattern
-    truncation_side: Literal["left"] | None = None
+    truncation_side: Literal["left", "right"] | None = None  # vLLM's: which end truncate_prompt_tokens keeps
     structured_outputs: dict[str, Any] | None = None  # vLLM's: json, regex, choice, grammar or json_object
     use_beam_search: bool = False  # vLLM's: n beams (pagedllm/engine/beam.py); not streamed by /v1/completions
     length_penalty: float = 1.0  # vLLM's, with use_beam_search
@@ -161,6 +161,7 @@ class SamplingFields(StrictBody):
             "skip_special_tokens": self.skip_special_tokens,
             "include_stop_str_in_output": self.include_stop_str_in_output, "logit_bias": self._logit_bias(),
             "allowed_token_ids": self.allowed_token_ids, "truncate_prompt_tokens": self.truncate_prompt_tokens,
+            "truncation_side": self.truncation_side or "left",
             "bad_words": self.bad_words, "structured_outputs": self._structured_outputs(),
             "thinking_token_budget": self.thinking_token_budget, "repetition_detection": self.repetition_detection,
         }

@@ -64,6 +64,14 @@ def test_a_truncated_prompt_shows_no_text(tiny_llama_dir):
     assert outs["f"].prompt == "hello world"
 
 
+def test_truncation_side_right_keeps_the_prompts_first_tokens():
+    ids = list(range(10, 20))
+    assert SamplingParams(truncate_prompt_tokens=3).truncated_prompt(ids, 100) == ids[-3:]
+    assert SamplingParams(truncate_prompt_tokens=3, truncation_side="right").truncated_prompt(ids, 100) == ids[:3]
+    with pytest.raises(InvalidInputError, match="^truncation_side "):
+        SamplingParams(truncation_side="middle")
+
+
 def test_arrival_time_given_is_kept(tiny_llama_dir):
     engine = make_engine(tiny_llama_dir)
     engine.add_request("a", [5, 6, 7], SamplingParams(max_tokens=1, **GREEDY), arrival_time=123.5)

@@ -77,7 +77,7 @@ CASES = [
     ("/v1/chat/completions", {"messages": MSG, "function_call": {"name": "f"}}, 400, "function_call"),
     ("/v1/completions", {"prompt": "x", "truncate_prompt_tokens": 0}, 400, "truncate_prompt_tokens"),
     ("/v1/completions", {"prompt": "x", "truncate_prompt_tokens": 10**6}, 400, "truncate_prompt_tokens"),
-    ("/v1/completions", {"prompt": "x", "truncation_side": "right"}, 400, "truncation_side"),
+    ("/v1/completions", {"prompt": "x", "truncation_side": "middle"}, 400, "truncation_side"),
 ]
 
 

@@ -176,6 +176,7 @@ def test_continuous_usage_stats_give_every_chunk_its_usage_so_far(server: Runnin
 
 
 def test_truncate_prompt_tokens_keeps_the_prompts_last_tokens(server: RunningServer) -> None:
+    """...or its first ones with vLLM's truncation_side "right"."""
     client = sync_client(server)
     prompt = list(range(70, 90))
     cut = client.completions.create(model=server.model, prompt=prompt, max_tokens=3, temperature=0,
@@ -188,6 +189,10 @@ def test_truncate_prompt_tokens_keeps_the_prompts_last_tokens(server: RunningSer
     chat = client.chat.completions.create(model=server.model, messages=CHAT, max_tokens=1,
                                           extra_body={"truncate_prompt_tokens": 3})
     assert chat.usage.prompt_tokens == 3
+    right = client.completions.create(model=server.model, prompt=prompt, max_tokens=3, temperature=0,
+                                      extra_body={"truncate_prompt_tokens": 4, "truncation_side": "right"})
+    head = client.completions.create(model=server.model, prompt=prompt[:4], max_tokens=3, temperature=0)
+    assert right.usage.prompt_tokens == 4 and right.choices[0].text == head.choices[0].text
 
 
 def test_chat_n_and_logprobs(server: RunningServer) -> None:
@@ -230,8 +235,9 @@ def test_async_client_streams_concurrently(server: RunningServer) -> None:
 
     async def main() -> list[tuple[str, str]]:
         async with async_client(server) as client:
-            single = await client.completions.create(model=server.model, prompt="x", max_tokens=2)
-            assert single.choices[0].text
+            single = await client.completions.create(model=server.model, prompt="x", max_tokens=2,
+                                                     extra_body={"ignore_eos": True})
+            assert single.usage.completion_tokens == 2  # (its text may be empty: a random model's sampled tokens)
             return await asyncio.gather(*(one(client, i) for i in range(6)))
 
     results = asyncio.run(asyncio.wait_for(main(), 60))
