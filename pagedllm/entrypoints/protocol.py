@@ -289,11 +289,9 @@ class _TemplateFields(StrictBody):
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
-    chat_template: str | None = None  # refused: the model's own template only
+    chat_template: str | None = None  # the request's own template: where the server trusts requests with one
 
     def check_template_fields(self) -> None:
-        if self.chat_template is not None:
-            raise InvalidInputError("chat_template is not supported: the model's own template is used")
         if self.tools is not None:
             check_tools(self.tools)
 
@@ -307,7 +305,8 @@ class _TemplateFields(StrictBody):
             kwargs = {**(kwargs or {}), "reasoning_effort": self.reasoning_effort}
         return {"add_generation_prompt": self.add_generation_prompt,
                 "continue_final_message": self.continue_final_message,
-                "template_kwargs": kwargs, "documents": self.documents, "tools": self.tools}
+                "template_kwargs": kwargs, "documents": self.documents, "tools": self.tools,
+                "chat_template": self.chat_template}
 
 
 class ChatCompletionRequest(SamplingFields, _TemplateFields):

@@ -47,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chat-template", default=None,
                         help="the chat template for chats, in place of the model's: a Jinja file, or the template "
                              "itself (text holding {, } or a newline), as vLLM takes it")
+    parser.add_argument("--trust-request-chat-template", action="store_true",
+                        help="let a request bring its own chat_template (vLLM's flag; the template runs in Jinja's "
+                             "sandbox, yet is code from the client)")
     add_engine_arguments(parser)
 
 
@@ -87,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
                           args.shutdown_timeout, args.log_level, api_key=args.api_key,
                           max_request_bytes=args.max_request_bytes, engine_thread=engine_thread,
                           chat_parsers=chat_parsers, chat_template=chat_template,
+                          trust_request_chat_template=args.trust_request_chat_template,
                           responses_store_size=args.responses_store_size,
                           enable_tokenizer_info=args.enable_tokenizer_info_endpoint)
     _log_startup(engine, args.host, sock.getsockname()[1])

@@ -23,9 +23,10 @@ def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def render_chat(tokenizer: Any, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
                 continue_final_message: bool = False, template_kwargs: dict[str, Any] | None = None,
                 documents: list[dict[str, Any]] | None = None, chat_template: str | None = None,
-                tools: list[dict[str, Any]] | None = None) -> str:
+                tools: list[dict[str, Any]] | None = None, source: str = "the model's") -> str:
     """The conversation (and documents and tools, for templates that take them) as the prompt text the model's
-    template makes of it, or `chat_template` (a Jinja template's text) where given."""
+    template makes of it, or `chat_template` (a Jinja template's text) where given; `source`: whose template
+    errors name ("the request's": its errors are the chat_template field's)."""
     from jinja2 import TemplateError, TemplateSyntaxError
 
     if chat_template is None and getattr(tokenizer, "chat_template", "") is None:  # (a transformers tokenizer)
@@ -38,6 +39,7 @@ def render_chat(tokenizer: Any, messages: list[dict[str, Any]], add_generation_p
         raise InvalidInputError("continue_final_message cannot be combined with add_generation_prompt (set it "
                                 "to false)")
     options = dict(template_kwargs or {})
+    field = "messages" if source == "the model's" else "chat_template"
     if continue_final_message:
         options["continue_final_message"] = True
     if documents is not None:
@@ -50,11 +52,11 @@ def render_chat(tokenizer: Any, messages: list[dict[str, Any]], add_generation_p
         return tokenizer.apply_chat_template(template_messages(messages), add_generation_prompt=add_generation_prompt,
                                              tokenize=False, **options)
     except TemplateSyntaxError as exc:
-        raise InvalidInputError(f"messages: the model's chat template does not compile: {exc}") from None
+        raise InvalidInputError(f"{field}: {source} chat template does not compile: {exc}") from None
     except TemplateError as exc:  # the template's own complaint (e.g. roles out of order) says what is wrong
-        raise InvalidInputError(f"messages: the model's chat template refused these messages: {exc}") from None
+        raise InvalidInputError(f"{field}: {source} chat template refused these messages: {exc}") from None
     except Exception as exc:
-        raise InvalidInputError(f"messages: the model's chat template could not render these messages: "
+        raise InvalidInputError(f"{field}: {source} chat template could not render these messages: "
                                 f"{type(exc).__name__}: {exc}") from None
 
 

@@ -87,6 +87,32 @@ def test_tokenizer_info_is_served_only_where_enabled(tiny_llama_dir) -> None:
         enabled.stop()
 
 
+def test_a_trusted_request_brings_its_own_chat_template(tiny_llama_dir) -> None:
+    """vLLM's --trust-request-chat-template: a chat's (and /tokenize's) chat_template renders its messages; one that
+    does not compile is a 400 naming the field. (Untrusted, the field is a 400: test_server_errors.)"""
+    from conftest import real_config
+
+    from pagedllm.engine.llm_engine import LLMEngine
+
+    template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+    trusting = start_server(LLMEngine(real_config(tiny_llama_dir)), trust_request_chat_template=True)
+    body = {"messages": [{"role": "user", "content": "hello"}], "chat_template": template}
+    try:
+        chat = httpx.post(trusting.base_url + "/v1/chat/completions", timeout=30,
+                          json={**body, "max_tokens": 1, "return_prompt_text": True}).json()
+        assert chat["prompt_text"] == "<user>hello"
+        tokens = httpx.post(trusting.base_url + "/tokenize", json=body, timeout=30).json()
+        assert tokens["count"] == chat["usage"]["prompt_tokens"]
+        plain = httpx.post(trusting.base_url + "/tokenize", json={"messages": body["messages"]}, timeout=30).json()
+        assert plain["count"] != tokens["count"]  # the model's own template otherwise
+        broken = httpx.post(trusting.base_url + "/v1/chat/completions", timeout=30,
+                            json={**body, "chat_template": "{% for m in %}"})
+        assert broken.status_code == 400 and broken.json()["error"]["param"] == "chat_template"
+        assert "the request's chat template does not compile" in broken.json()["error"]["message"]
+    finally:
+        trusting.stop()
+
+
 def test_the_serve_command_takes_the_flags() -> None:
     """`pagedllm serve` (on the fake engine) with the store, /tokenizer_info and vLLM's load-tracking flag; a
     negative store size is refused before the engine loads."""
@@ -102,7 +128,8 @@ def test_the_serve_command_takes_the_flags() -> None:
     refused = subprocess.run([*base, "--responses-store-size", "-1"], capture_output=True, text=True, timeout=60)
     assert refused.returncode != 0 and "--responses-store-size must be >= 0" in refused.stderr
     proc, port, log = start_logged([*base, "--responses-store-size", "2", "--enable-tokenizer-info-endpoint",
-                                    "--enable-server-load-tracking"], ready_timeout=30)
+                                    "--enable-server-load-tracking", "--trust-request-chat-template"],
+                                   ready_timeout=30)
     try:
         url = f"http://127.0.0.1:{port}"
         assert httpx.get(url + "/tokenizer_info", timeout=10).json()["tokenizer_class"] == "FakeTokenizer"

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from pagedllm.entrypoints.server import limits
 from pagedllm.entrypoints.server.errors import APIError
+from pagedllm.errors import InvalidInputError
 from pagedllm.model.chat_template import render_chat
 
 T = TypeVar("T")
@@ -35,10 +36,11 @@ FAR_PAST = 2
 
 class PromptProcessor:
     def __init__(self, tokenizer: Any, vocab_size: int, max_model_len: int, workers: int = WORKERS,
-                 chat_template: str | None = None) -> None:
+                 chat_template: str | None = None, trust_request_chat_template: bool = False) -> None:
         # One copy per worker thread, made now: a copy takes tens of milliseconds, mostly holding the GIL.
         self._spares = [copy.deepcopy(tokenizer) for _ in range(workers)]
         self.chat_template = chat_template  # the server's --chat-template, in place of the model's
+        self.trust_request_chat_template = trust_request_chat_template  # a request may bring its own
         self._lock = threading.Lock()
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pagedllm-tokenize")
@@ -52,10 +54,19 @@ class PromptProcessor:
 
     async def chat_prompt(self, messages: list[dict[str, Any]], options: dict[str, Any],
                           add_special_tokens: bool = False) -> list[int]:
-        """The messages through the model's chat template (render_chat's options), as token ids (the template
-        writes the special tokens: the tokenizer adds its own only where add_special_tokens asks)."""
+        """The messages through the model's chat template (render_chat's options; their `chat_template`, the
+        request's own, where the server trusts requests with one), as token ids (the template writes the special
+        tokens: the tokenizer adds its own only where add_special_tokens asks)."""
+        options = dict(options)
+        own = options.pop("chat_template", None)
+        if own is not None and not self.trust_request_chat_template:
+            raise InvalidInputError("chat_template is passed with the request, but the server was not started with "
+                                    "--trust-request-chat-template: refused (a template is code)")
+
         def render() -> list[int]:
-            text = render_chat(self._tokenizer(), messages, chat_template=self.chat_template, **options)
+            template = self.chat_template if own is None else own
+            text = render_chat(self._tokenizer(), messages, chat_template=template, **options,
+                               source="the model's" if own is None else "the request's")
             return self._encode(text, "messages", add_special_tokens)
 
         return await self._run(render)
