@@ -59,7 +59,8 @@ def build_server(engine: EngineProtocol, host: str = "127.0.0.1", port: int = 80
                                thread=engine_thread)
     app = create_app(async_engine, metrics, api_key=api_key, max_request_bytes=max_request_bytes,
                      chat_parsers=chat_parsers, chat_template=chat_template,
-                     trust_request_chat_template=trust_request_chat_template, responses_store_size=responses_store_size, enable_tokenizer_info=enable_tokenizer_info)
+                     trust_request_chat_template=trust_request_chat_template,
+                     responses_store_size=responses_store_size, enable_tokenizer_info=enable_tokenizer_info)
     # uvicorn's own timeout is the fallback, should a handler not end after the abort.
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
                             timeout_graceful_shutdown=5.0, access_log=False)

@@ -310,7 +310,8 @@ def same_logprobs(a: list[dict], b: list[dict]) -> bool:
     """The same tokens and alternatives, their logprobs equal up to float noise (a cached prefix is attended in
     other pieces than a prompt computed whole)."""
     def names(entries: list[dict]) -> list:
-        return [(e["token"], e.get("bytes"), [(t["token"], t.get("bytes")) for t in e["top_logprobs"]]) for e in entries]
+        return [(e["token"], e.get("bytes"), [(t["token"], t.get("bytes")) for t in e["top_logprobs"]])
+                for e in entries]
 
     def values(entries: list[dict]) -> list[float]:
         return [v for e in entries for v in [e["logprob"]] + [t["logprob"] for t in e["top_logprobs"]]]
@@ -331,7 +332,8 @@ def test_included_logprobs_are_the_chats_for_the_same_answer(api: openai.OpenAI,
     assert all(len(e["top_logprobs"]) == 3 and isinstance(e["bytes"], list) for e in entries)
     typed = api.responses.create(model=server.model, include=[LOGPROBS], top_logprobs=3, **body)
     message = next(item for item in typed.output if item.type == "message")
-    assert [(lp.token, len(lp.top_logprobs)) for lp in message.content[0].logprobs] == [(e["token"], 3) for e in entries]
+    typed_entries = [(lp.token, len(lp.top_logprobs)) for lp in message.content[0].logprobs]
+    assert typed_entries == [(e["token"], 3) for e in entries]
     assert output_text(post(server, {**body, "include": [LOGPROBS]}))["logprobs"][0]["top_logprobs"] == []
     assert output_text(post(server, {**body, "top_logprobs": 3}))["logprobs"] is None  # not included: not given
 

@@ -141,8 +141,9 @@ class _View:
                  conversation: list[dict[str, Any]] = (), text_of: TokenText | None = None) -> None:
         self.body, self.submission, self.params, self.chat_text = body, submission, params, chat_text
         self.store, self.conversation = store, list(conversation)  # store: where this response is kept, if it is
-        # where include asked for logprobs, how tokens are named in them (else None: none given). Where include_reasoning
-        # leaves the reasoning out, its tokens' logprobs would show it: none are given then either (vLLM's null)
+        # where include asked for logprobs, how tokens are named in them (else None: none given). Where
+        # include_reasoning leaves the reasoning out, its tokens' logprobs would show it: none are given then either
+        # (vLLM's null)
         hidden = chat_text.reasoning_opened is not None and not chat_text.include_reasoning
         self.text_of = text_of if body.includes_logprobs and not hidden else None
         self.id = submission.id.replace("resp-", "resp_", 1)
