@@ -18,6 +18,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pagedllm.bench.soak_features import STORE_ARGS
 from pagedllm.errors import UserFacingError
 
 DEFAULT_SERVE_ARGS = "--kv-cache-memory 16MiB --max-num-seqs 64"  # 45 blocks of the default model: it preempts
@@ -66,7 +67,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.disconnects > args.streams or min(args.bursts, args.streams, args.max_tokens) < 1:
         raise UserFacingError("need --bursts >= 1, --streams >= 1, --max-tokens >= 1 and --disconnects <= --streams")
-    server = launch(args.model, shlex.split(args.serve_args))
+    serve_args = shlex.split(args.serve_args)
+    if args.mix == "features" and "--responses-store-size" not in serve_args:  # stored responses are in the mix
+        serve_args += STORE_ARGS
+    server = launch(args.model, serve_args)
     try:
         rows = asyncio.run(_soak(server.base_url, server.process.pid, args))
     finally:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import time
 from dataclasses import dataclass, field
 
 import httpx
 
-from pagedllm.bench.soak_features import feature_request
+from pagedllm.bench.soak_features import CONTINUES, feature_request
 from pagedllm.bench.sse_lines import sse_lines
 
 # Bodies every server must refuse with a 4xx (raw JSON, so that it can hold what json.dumps won't write).
@@ -36,6 +37,7 @@ class BurstResult:
     disconnected: int = 0
     refused: int = 0
     errors: list[str] = field(default_factory=list)
+    stored: list[str] = field(default_factory=list)  # ids of finished responses the server keeps, to continue
 
 
 @dataclass(slots=True)
@@ -70,15 +72,29 @@ def _body(plan: BurstPlan, i: int, rng: random.Random) -> tuple[str, dict]:
     return "/v1/chat/completions", body
 
 
+POLL_SECONDS = 120.0  # longest a background response may take to finish
+CONTINUE_WAIT = 10.0  # longest a continuation waits for a stored response to continue (else it starts afresh)
+
+
 async def _request(client: httpx.AsyncClient, path: str, body: dict, i: int, hang_up_after: int | None,
                    result: BurstResult) -> None:
+    continues = body.pop(CONTINUES, False)
+    if continues and (previous := await _stored_response(result, i)) is not None:
+        body["previous_response_id"] = previous
     try:
         if not body.get("stream"):
             response = await client.post(path, json=body)
-            if response.status_code != 200 or not ({"choices", "output"} & set(response.json())):
+            answer = response.json() if response.status_code == 200 else {}
+            if answer.get("status") == "queued":  # a background response: polled until it ends
+                answer = await _poll(client, answer["id"], i, result)
+                if not answer:
+                    return
+            if response.status_code != 200 or not ({"choices", "output"} & set(answer)):
                 result.errors.append(f"request {i} to {path}: HTTP {response.status_code} {response.text[:120]}")
             else:
                 result.completed += 1
+                if answer.get("store") and not continues:  # a continuation is not continued again: prompts stay short
+                    result.stored.append(answer["id"])
             return
         async with client.stream("POST", path, json=body) as response:
             if response.status_code != 200:
@@ -88,6 +104,32 @@ async def _request(client: httpx.AsyncClient, path: str, body: dict, i: int, han
             await _read_stream(response, i, hang_up_after, result)
     except httpx.HTTPError as exc:
         result.errors.append(f"request {i} to {path}: {type(exc).__name__}: {exc}")
+
+
+async def _stored_response(result: BurstResult, i: int) -> str | None:
+    """A finished response of this burst that the server keeps, once there is one (the burst starts every request
+    at once); None after CONTINUE_WAIT without one."""
+    deadline = time.monotonic() + CONTINUE_WAIT
+    while not result.stored and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return result.stored[i % len(result.stored)] if result.stored else None
+
+
+async def _poll(client: httpx.AsyncClient, response_id: str, i: int, result: BurstResult) -> dict:
+    """The background response once it has ended (completed or incomplete); {} (with the error counted) where it
+    failed, was cancelled or took past POLL_SECONDS."""
+    deadline = time.monotonic() + POLL_SECONDS
+    while time.monotonic() < deadline:
+        got = await client.get(f"/v1/responses/{response_id}")
+        answer = got.json() if got.status_code == 200 else {"status": f"HTTP {got.status_code}"}
+        if answer["status"] in ("completed", "incomplete"):
+            return answer
+        if answer["status"] not in ("queued", "in_progress"):
+            result.errors.append(f"background response {i}: {answer['status']} {got.text[:120]}")
+            return {}
+        await asyncio.sleep(0.05)
+    result.errors.append(f"background response {i}: not done after {POLL_SECONDS:.0f} s")
+    return {}
 
 
 async def _read_stream(response: httpx.Response, i: int, hang_up_after: int | None, result: BurstResult) -> None:

@@ -1,7 +1,7 @@
 """The soak's `--mix features` requests: each drawn across the three generating endpoints and what they take
 (n, logprobs, stops, penalties, structured outputs, tool calls, beam search, prompt logprobs, token ids, stream
-intervals, shared request ids, the Responses API and its function calls), streamed or whole, so that a burst runs
-them all at once under preemption.
+intervals, shared request ids, the Responses API and its function calls, stored responses continued and background
+ones polled to their end), streamed or whole, so that a burst runs them all at once under preemption.
 
 Every body fits the soak's small pool (prompts of at most about 60 tokens, n and beams of at most 2), so a
 healthy server answers each with a 200.
@@ -16,6 +16,10 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength
           "required": ["name", "age"]}
 TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+# A response body's mark (never sent) that has the burst continue a stored response done before it, where one is
+# (previous_response_id); the server keeps responses (--responses-store-size) for the features mix.
+CONTINUES = "soak_continues"
+STORE_ARGS = ["--responses-store-size", "64"]
 
 
 def feature_request(rng: random.Random, i: int, max_tokens: int, model: str) -> tuple[str, dict[str, Any]]:
@@ -65,6 +69,11 @@ def _response(rng: random.Random, i: int) -> tuple[str, dict[str, Any]]:
         body["instructions"] = "Answer in one sentence."
     if rng.random() < 0.2:
         body.update(include=["message.output_text.logprobs"], top_logprobs=rng.randint(0, 2))
+    kept = rng.random()
+    if kept < 0.15 and not body["stream"]:
+        body["background"] = True  # answered at once (queued): the burst polls it to its end
+    elif kept < 0.3:
+        body[CONTINUES] = True
     draw = rng.random()
     if draw < 0.2:
         body["text"] = {"format": {"type": "json_schema", "name": "p", "schema": SCHEMA}}

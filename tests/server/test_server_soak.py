@@ -63,7 +63,7 @@ def test_a_burst_of_the_features_mix_against_the_real_engine(tiny_llama_dir) -> 
 
     config = real_config(tiny_llama_dir)
     config.num_blocks = 96
-    server = start_server(LLMEngine(config))
+    server = start_server(LLMEngine(config), responses_store_size=64)  # stored and background responses are drawn
     try:
         async def burst():
             async with httpx.AsyncClient(base_url=server.base_url, timeout=120) as client:
