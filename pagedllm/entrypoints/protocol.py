@@ -268,6 +268,8 @@ class ChatMessage(StrictBody):
     name: str | None = None
     tool_call_id: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
+    reasoning: str | None = None  # vLLM's: an assistant message's thinking, for templates that show it
+    reasoning_content: str | None = None  # the same under its older name
 
     def as_template_dict(self) -> dict[str, Any]:
         """The message's fields as given (pagedllm.model.chat_template normalises them for the template)."""

@@ -1,7 +1,8 @@
 """The request body of POST /v1/responses (OpenAI's Responses API: text and function calls), and its chat request.
 
 A response is a chat completion underneath: the instructions become a system message, the input the messages
-(an earlier answer's function calls an assistant message's tool_calls, their outputs tool messages), the
+(an earlier answer's items one assistant message, as vLLM joins them: its reasoning as the message's reasoning,
+its text, its function calls as tool_calls; their outputs tool messages), the
 function tools the chat's tools, and the chat path's template, limits, sampling and tool calling apply. A stored
 response's conversation (previous_response_id) comes before the input; `include: ["message.output_text.logprobs"]`
 asks the chat for its logprobs (top_logprobs alternatives each). What this server cannot honour (other tools,
@@ -57,6 +58,29 @@ class FunctionCallItem(StrictBody):
     arguments: str
 
 
+class ReasoningText(StrictBody):
+    model_config = ConfigDict(strict=True, extra="allow")
+    type: Literal["reasoning_text", "summary_text"]
+    text: str
+
+
+class ReasoningItem(StrictBody):
+    """An earlier answer's reasoning, sent back as input (its text: the content's, else the summary's)."""
+
+    model_config = ConfigDict(strict=True, extra="allow")  # its item id and status
+    type: Literal["reasoning"]
+    content: list[ReasoningText] | None = None
+    summary: list[ReasoningText] = []
+    encrypted_content: str | None = None
+
+    def text(self) -> str:
+        if self.encrypted_content is not None:
+            raise InvalidInputError("input: a reasoning item's encrypted_content is not supported (none is made "
+                                    "here): send its content")
+        parts = self.content or self.summary
+        return parts[0].text if parts else ""
+
+
 class FunctionCallOutput(StrictBody):
     """What a function call returned, for the model to read."""
 
@@ -66,7 +90,7 @@ class FunctionCallOutput(StrictBody):
     output: str
 
 
-InputItem = InputMessage | FunctionCallItem | FunctionCallOutput
+InputItem = InputMessage | FunctionCallItem | FunctionCallOutput | ReasoningItem
 
 
 class TextFormat(StrictBody):
@@ -211,20 +235,29 @@ class ResponsesRequest(StrictBody):
 
 
 def chat_messages(items: list[InputItem]) -> list[dict[str, Any]]:
-    """Input items as chat messages: consecutive function calls one assistant message's tool_calls, each output a
-    tool message."""
+    """Input items as chat messages, an answer's items joined as vLLM joins them: a reasoning item, an assistant
+    message and function calls that follow an assistant message fill in its reasoning, content and tool_calls
+    where it has none yet; each function call output is a tool message."""
     messages: list[dict[str, Any]] = []
     for item in items:
-        if isinstance(item, InputMessage):
-            messages.append(item.as_chat())
-        elif isinstance(item, FunctionCallOutput):
+        last = messages[-1] if messages and messages[-1]["role"] == "assistant" else None
+        if isinstance(item, FunctionCallOutput):
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
+        elif isinstance(item, ReasoningItem):
+            if last is not None and last.get("reasoning") is None:
+                last["reasoning"] = item.text()
+            else:
+                messages.append({"role": "assistant", "content": None, "reasoning": item.text()})
+        elif isinstance(item, FunctionCallItem):
+            call = {"id": item.call_id, "type": "function",
+                    "function": {"name": item.name, "arguments": item.arguments}}
+            if last is None:
+                messages.append(last := {"role": "assistant", "content": None})
+            last.setdefault("tool_calls", []).append(call)
+        elif item.role == "assistant" and last is not None and last["content"] is None:
+            last["content"] = item.as_chat()["content"]
         else:
-            function = {"name": item.name, "arguments": item.arguments}
-            call = {"id": item.call_id, "type": "function", "function": function}
-            if not (messages and messages[-1].get("tool_calls")):
-                messages.append({"role": "assistant", "content": None, "tool_calls": []})
-            messages[-1]["tool_calls"].append(call)
+            messages.append(item.as_chat())
     return messages
 
 

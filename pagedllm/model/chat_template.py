@@ -4,7 +4,9 @@ Messages are normalised as vLLM's server takes them: the `developer` role is `sy
 of text parts is their texts joined by newlines, and no content is an empty string. An assistant message's
 `tool_calls` reach the template with each call's `arguments` as an object (OpenAI's clients send the JSON text;
 the templates read the object, and arguments that are not a JSON object become `{}`, so that a conversation
-holding one can go on); an empty list is dropped. Other keys (`name`, `tool_call_id`) reach it as given.
+holding one can go on); an empty list is dropped. An assistant message's reasoning (vLLM's `reasoning`, or
+`reasoning_content`) reaches it under both names, as vLLM passes it for templates that show earlier thinking
+(interleaved with tool calls); other roles' is dropped. Other keys (`name`, `tool_call_id`) reach it as given.
 """
 
 import json
@@ -95,6 +97,12 @@ def _template_message(message: dict[str, Any]) -> dict[str, Any]:
         raise InvalidInputError(f"messages: every message needs a string 'role', got {role!r}")
     role = "system" if role == "developer" else role
     normalised = {**message, "role": role, "content": message_text(message.get("content"))}
+    reasoning, older = normalised.pop("reasoning", None), normalised.pop("reasoning_content", None)
+    reasoning = older if reasoning is None else reasoning
+    if role == "assistant" and reasoning is not None:
+        if not isinstance(reasoning, str):
+            raise InvalidInputError(f"messages: an assistant message's reasoning must be text, got {reasoning!r}")
+        normalised["reasoning"] = normalised["reasoning_content"] = reasoning
     if "tool_calls" in message:
         calls = _template_tool_calls(message["tool_calls"])
         if calls:

@@ -104,6 +104,22 @@ def test_template_kwargs_and_message_fields_reach_the_template():
     assert text == "user/alice:x;salt"
 
 
+def test_an_assistants_reasoning_reaches_the_template_under_both_names():
+    """vLLM's `reasoning` (or the older `reasoning_content`) of an assistant message, for templates that show
+    earlier thinking; another role's is dropped."""
+    custom = make_tiny_tokenizer()
+    custom.chat_template = ("{% for m in messages %}{{ m.role }}:{{ m.reasoning_content }}/{{ m.reasoning }}/"
+                            "{{ m.content }};{% endfor %}")
+    messages = [{"role": "user", "content": "q", "reasoning": "not mine"},
+                {"role": "assistant", "content": "a", "reasoning": "think"},
+                {"role": "assistant", "content": "b", "reasoning_content": "older"},
+                {"role": "assistant", "content": "c"}]
+    assert render_chat(custom, messages, add_generation_prompt=False) == (
+        "user://q;assistant:think/think/a;assistant:older/older/b;assistant://c;")
+    with pytest.raises(InvalidInputError, match="reasoning must be text"):
+        template_messages([{"role": "assistant", "content": "a", "reasoning": 3}])
+
+
 def test_documents_reach_a_template_that_takes_them(tokenizer):
     import copy
 

@@ -17,6 +17,7 @@ from pagedllm.entrypoints.responses_protocol import ResponsesRequest
 from pagedllm.entrypoints.server.chat_parsers import ChatParsers
 from pagedllm.entrypoints.server.chat_text import ChatText
 from pagedllm.entrypoints.server.responses import _Events, _View
+from pagedllm.errors import InvalidInputError
 from server_harness import RunningServer, start_server
 
 GREEDY = {"temperature": 0, "max_output_tokens": 8}
@@ -369,3 +370,43 @@ def test_logprobs_of_a_hidden_reasoning_are_not_given(server: RunningServer) -> 
     shown = streamed(server, body)
     assert not [e for e in shown if e["type"] == "response.output_text.delta"]
     assert output_text(shown[-1]["response"])["logprobs"] == []
+
+
+def test_an_answers_items_sent_back_read_as_one_assistant_message() -> None:
+    """vLLM's join: reasoning, text and calls of one answer fill in one assistant message; encrypted reasoning is
+    refused."""
+    from pagedllm.entrypoints.responses_protocol import chat_messages
+
+    items = ResponsesRequest(input=[
+        {"role": "user", "content": "weather?"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "hmm"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "checking"}]},
+        {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "short"}]},
+        {"role": "user", "content": "thanks"}]).input
+    assert chat_messages(items) == [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": [{"type": "text", "text": "checking"}], "reasoning": "hmm",
+         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        {"role": "assistant", "content": None, "reasoning": "short"},
+        {"role": "user", "content": "thanks"}]
+    secret = ResponsesRequest(input=[{"type": "reasoning", "summary": [], "encrypted_content": "x"}])
+    with pytest.raises(InvalidInputError, match="encrypted_content"):
+        chat_messages(secret.input)
+
+
+def test_a_clients_loop_sends_an_answers_output_back_as_input(server: RunningServer) -> None:
+    """input += response.output, as OpenAI's clients continue a conversation: the answer's items (a reasoning item
+    too, with a reasoning parser) are taken, and read as the chat's assistant message with that reasoning."""
+    first = post(server, {"input": "hello there", **GREEDY})
+    turns = [{"role": "user", "content": "hello there"}, *first["output"], {"role": "user", "content": "and then?"}]
+    second = post(server, {"input": turns, **GREEDY})
+    reasoning = next((item["content"][0]["text"] for item in first["output"] if item["type"] == "reasoning"), None)
+    assistant = {"role": "assistant", "content": output_text(first)["text"],
+                 **({"reasoning": reasoning} if reasoning is not None else {})}
+    chat = httpx.post(server.base_url + "/v1/chat/completions", timeout=60, json={
+        "messages": [turns[0], assistant, turns[-1]], "temperature": 0, "max_tokens": 8}).json()
+    assert second["usage"]["input_tokens"] == chat["usage"]["prompt_tokens"]
+    assert output_text(second)["text"] == (chat["choices"][0]["message"]["content"] or "")
