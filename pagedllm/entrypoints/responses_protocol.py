@@ -6,7 +6,7 @@ its text, its function calls as tool_calls; their outputs tool messages), the
 function tools the chat's tools, and the chat path's template, limits, sampling and tool calling apply. A stored
 response's conversation (previous_response_id) comes before the input; `include: ["message.output_text.logprobs"]`
 asks the chat for its logprobs (top_logprobs alternatives each). What this server cannot honour (other tools,
-stored conversation objects, other includes) is refused with a 400 naming the field.
+stored conversation objects) is refused with a 400 naming the field.
 """
 
 from __future__ import annotations
@@ -26,7 +26,11 @@ CHAT_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "fr
                "cache_salt", "priority", "request_id", "structured_outputs", "stop", "stop_token_ids", "ignore_eos",
                "include_stop_str_in_output", "logit_bias", "chat_template_kwargs", "thinking_token_budget",
                "repetition_detection")
-OUTPUT_LOGPROBS = "message.output_text.logprobs"  # the one value of `include` taken here
+OUTPUT_LOGPROBS = "message.output_text.logprobs"  # the value of `include` that adds something here
+# the others vLLM takes: what they ask for is never made here (encrypted reasoning, the outputs of tools other
+# than functions, input images), so they add nothing, as in vLLM
+INCLUDABLE = (OUTPUT_LOGPROBS, "reasoning.encrypted_content", "code_interpreter_call.outputs",
+              "computer_call_output.output.image_url", "file_search_call.results", "message.input_image.image_url")
 
 
 class InputText(StrictBody):
@@ -154,7 +158,7 @@ class ResponsesRequest(StrictBody):
     tools: list[dict[str, Any]] | None = None  # function tools (OpenAI's flat form)
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
-    include: list[str] | None = None  # OUTPUT_LOGPROBS: the answer's logprobs in its output_text
+    include: list[str] | None = None  # INCLUDABLE; OUTPUT_LOGPROBS: the answer's logprobs in its output_text
     top_logprobs: int | None = None  # alternatives per token with OUTPUT_LOGPROBS (without it: not used, as vLLM)
     # OpenAI fields this server does not take: declared so that they are refused, not dropped as unknown
     conversation: Any = None
@@ -224,8 +228,8 @@ class ResponsesRequest(StrictBody):
             value = getattr(self, name)
             if value not in (None, False, [], 0):
                 raise InvalidInputError(f"{name} is not supported on /v1/responses: {reason}")
-        if other := [value for value in self.include or [] if value != OUTPUT_LOGPROBS]:
-            raise InvalidInputError(f"include: {other[0]!r} cannot be included here; only {OUTPUT_LOGPROBS!r} can")
+        if other := [value for value in self.include or [] if value not in INCLUDABLE]:
+            raise InvalidInputError(f"include: {other[0]!r} is not one of {', '.join(INCLUDABLE)}")
         if self.top_logprobs is not None and not 0 <= self.top_logprobs <= MAX_LOGPROBS:
             raise InvalidInputError(f"top_logprobs must be an integer in [0, {MAX_LOGPROBS}], got {self.top_logprobs}")
         if self.service_tier not in (None, "auto", "default"):

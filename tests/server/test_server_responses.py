@@ -135,7 +135,7 @@ def test_a_json_schema_format_is_the_chats_response_format(api: openai.OpenAI, s
     ({"tools": [WEATHER]}, "tool_choice"),  # "auto" needs --enable-auto-tool-choice, as in chat
     ({"tools": [WEATHER], "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
     ({"previous_response_id": "resp_1"}, "previous_response_id"), ({"background": True}, "background"),
-    ({"include": ["reasoning.encrypted_content"]}, "include"), ({"include": "message.output_text.logprobs"}, "include"),
+    ({"include": ["reasoning.summary"]}, "include"), ({"include": "message.output_text.logprobs"}, "include"),
     ({"top_logprobs": 21}, "top_logprobs"), ({"include": [LOGPROBS], "top_logprobs": -1}, "top_logprobs"),
     ({"max_tool_calls": 1}, "max_tool_calls"), ({"previous_input_messages": [{}]}, "previous_input_messages"),
     ({"enable_response_messages": True}, "enable_response_messages"), ({"service_tier": "flex"}, "service_tier"),
@@ -410,3 +410,13 @@ def test_a_clients_loop_sends_an_answers_output_back_as_input(server: RunningSer
         "messages": [turns[0], assistant, turns[-1]], "temperature": 0, "max_tokens": 8}).json()
     assert second["usage"]["input_tokens"] == chat["usage"]["prompt_tokens"]
     assert output_text(second)["text"] == (chat["choices"][0]["message"]["content"] or "")
+
+
+def test_the_includes_vllm_takes_add_nothing_else(server: RunningServer) -> None:
+    """Encrypted reasoning, other tools' outputs, input images: never made here, so asking adds nothing (vLLM's)."""
+    body = {"input": "hello there", **GREEDY}
+    asked = post(server, {**body, "include": ["reasoning.encrypted_content", "file_search_call.results"]})
+    plain = post(server, body)
+    assert [item["type"] for item in asked["output"]] == [item["type"] for item in plain["output"]]
+    assert output_text(asked)["text"] == output_text(plain)["text"] and output_text(asked)["logprobs"] is None
+    assert all(item.get("encrypted_content") is None for item in asked["output"] if item["type"] == "reasoning")
