@@ -160,10 +160,11 @@ class ResponsesRequest(StrictBody):
     parallel_tool_calls: bool | None = None
     include: list[str] | None = None  # INCLUDABLE; OUTPUT_LOGPROBS: the answer's logprobs in its output_text
     top_logprobs: int | None = None  # alternatives per token with OUTPUT_LOGPROBS (without it: not used, as vLLM)
+    # OpenAI's bound on calls of its built-in tools, which this server has none of: given back, limits nothing (vLLM's)
+    max_tool_calls: int | None = Field(default=None, ge=1)
     # OpenAI fields this server does not take: declared so that they are refused, not dropped as unknown
     conversation: Any = None
     prompt: Any = None
-    max_tool_calls: int | None = None
     previous_input_messages: Any = None  # vLLM's, for harmony models
     enable_response_messages: bool | None = None  # vLLM's, for harmony models
 
@@ -221,7 +222,6 @@ class ResponsesRequest(StrictBody):
         why = {"conversation": "conversations are not stored: send it as input, or continue a stored response with "
                                "previous_response_id",
                "prompt": "stored prompt templates are not supported",
-               "max_tool_calls": "the number of function calls is not limited here",
                "previous_input_messages": "send earlier turns as input items",
                "enable_response_messages": "the response's messages are not returned"}
         for name, reason in why.items():

@@ -137,7 +137,7 @@ def test_a_json_schema_format_is_the_chats_response_format(api: openai.OpenAI, s
     ({"previous_response_id": "resp_1"}, "previous_response_id"), ({"background": True}, "background"),
     ({"include": ["reasoning.summary"]}, "include"), ({"include": "message.output_text.logprobs"}, "include"),
     ({"top_logprobs": 21}, "top_logprobs"), ({"include": [LOGPROBS], "top_logprobs": -1}, "top_logprobs"),
-    ({"max_tool_calls": 1}, "max_tool_calls"), ({"previous_input_messages": [{}]}, "previous_input_messages"),
+    ({"max_tool_calls": 0}, "max_tool_calls"), ({"previous_input_messages": [{}]}, "previous_input_messages"),
     ({"enable_response_messages": True}, "enable_response_messages"), ({"service_tier": "flex"}, "service_tier"),
     ({"vllm_xargs": {"a": 1}}, "vllm_xargs"), ({"kv_transfer_params": {}}, "kv_transfer_params"),
     ({"stop": False}, "stop"), ({"logit_bias": 5}, "logit_bias"), ({"request_id": ""}, "request_id"),
@@ -415,7 +415,9 @@ def test_a_clients_loop_sends_an_answers_output_back_as_input(server: RunningSer
 def test_the_includes_vllm_takes_add_nothing_else(server: RunningServer) -> None:
     """Encrypted reasoning, other tools' outputs, input images: never made here, so asking adds nothing (vLLM's)."""
     body = {"input": "hello there", **GREEDY}
-    asked = post(server, {**body, "include": ["reasoning.encrypted_content", "file_search_call.results"]})
+    asked = post(server, {**body, "include": ["reasoning.encrypted_content", "file_search_call.results"],
+                          "max_tool_calls": 2})  # OpenAI's bound on built-in tools' calls: none here, given back
+    assert asked["max_tool_calls"] == 2
     plain = post(server, body)
     assert [item["type"] for item in asked["output"]] == [item["type"] for item in plain["output"]]
     assert output_text(asked)["text"] == output_text(plain)["text"] and output_text(asked)["logprobs"] is None

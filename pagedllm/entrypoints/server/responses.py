@@ -203,6 +203,7 @@ class _View:
                 "background": bool(body.background), "error": None,
                 "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
                 "instructions": body.instructions, "max_output_tokens": body.max_output_tokens,
+                "max_tool_calls": body.max_tool_calls,
                 "metadata": body.metadata, "model": self.submission.engine.model_name, "output": output,
                 "parallel_tool_calls": body.parallel_tool_calls is not False,
                 "previous_response_id": body.previous_response_id, "reasoning": body.reasoning,
