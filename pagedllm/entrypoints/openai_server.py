@@ -49,8 +49,8 @@ def build_server(engine: EngineProtocol, host: str = "127.0.0.1", port: int = 80
                  max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
                  engine_thread: EngineThread | None = None,
                  chat_parsers: ChatParsers = ChatParsers(), chat_template: str | None = None,
-                 trust_request_chat_template: bool = False, responses_store_size: int = 0,
-                 enable_tokenizer_info: bool = False) -> uvicorn.Server:
+                 trust_request_chat_template: bool = False, default_chat_template_kwargs: dict | None = None,
+                 responses_store_size: int = 0, enable_tokenizer_info: bool = False) -> uvicorn.Server:
     """A uvicorn server for `engine`; in-flight requests get `shutdown_timeout` s to finish on exit.
     `engine_thread`: the thread that built the engine, which then steps it too."""
     metrics = ServerMetrics(engine.model_name)
@@ -60,7 +60,7 @@ def build_server(engine: EngineProtocol, host: str = "127.0.0.1", port: int = 80
     app = create_app(async_engine, metrics, api_key=api_key, max_request_bytes=max_request_bytes,
                      chat_parsers=chat_parsers, chat_template=chat_template,
                      trust_request_chat_template=trust_request_chat_template,
-                     responses_store_size=responses_store_size, enable_tokenizer_info=enable_tokenizer_info)
+                     default_chat_template_kwargs=default_chat_template_kwargs, responses_store_size=responses_store_size, enable_tokenizer_info=enable_tokenizer_info)
     # uvicorn's own timeout is the fallback, should a handler not end after the abort.
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
                             timeout_graceful_shutdown=5.0, access_log=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
 import logging
 import os
 import signal
@@ -47,10 +48,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chat-template", default=None,
                         help="the chat template for chats, in place of the model's: a Jinja file, or the template "
                              "itself (text holding {, } or a newline), as vLLM takes it")
+    parser.add_argument("--default-chat-template-kwargs", default=None, type=_json_object, metavar="JSON",
+                        help="chat template kwargs every chat gets under its own chat_template_kwargs, which win "
+                             "(vLLM's; e.g. '{\"enable_thinking\": false}' for a Qwen3 without thinking)")
     parser.add_argument("--trust-request-chat-template", action="store_true",
                         help="let a request bring its own chat_template (vLLM's flag; the template runs in Jinja's "
                              "sandbox, yet is code from the client)")
     add_engine_arguments(parser)
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    """A command line's JSON object (argparse names the flag where this raises)."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"a JSON object is needed, got {text!r}")
+    return value
 
 
 def load_engine(config: Any) -> Any:
@@ -91,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
                           max_request_bytes=args.max_request_bytes, engine_thread=engine_thread,
                           chat_parsers=chat_parsers, chat_template=chat_template,
                           trust_request_chat_template=args.trust_request_chat_template,
+                          default_chat_template_kwargs=args.default_chat_template_kwargs,
                           responses_store_size=args.responses_store_size,
                           enable_tokenizer_info=args.enable_tokenizer_info_endpoint)
     _log_startup(engine, args.host, sock.getsockname()[1])

@@ -33,10 +33,7 @@ def render_chat(tokenizer: Any, messages: list[dict[str, Any]], add_generation_p
 
     if chat_template is None and getattr(tokenizer, "chat_template", "") is None:  # (a transformers tokenizer)
         raise InvalidInputError("messages: this model has no chat template; send a prompt to /v1/completions")
-    if reserved := sorted(set(template_kwargs or {}) & _call_parameters(tokenizer)):
-        raise InvalidInputError(f"chat_template_kwargs may not set {', '.join(reserved)}: the template call's own "
-                                "parameters (add_generation_prompt and continue_final_message are fields of the "
-                                "request)")
+    check_template_kwargs(tokenizer, template_kwargs or {}, "chat_template_kwargs")
     if add_generation_prompt and continue_final_message:
         raise InvalidInputError("continue_final_message cannot be combined with add_generation_prompt (set it "
                                 "to false)")
@@ -81,6 +78,13 @@ def load_chat_template(value: str) -> str:
     except TemplateSyntaxError as exc:
         raise InvalidInputError(f"--chat-template does not compile: {exc} (line {exc.lineno})") from None
     return text
+
+
+def check_template_kwargs(tokenizer: Any, kwargs: dict[str, Any], name: str) -> None:
+    """Template kwargs (`name`: where they come from) may not set the template call's own parameters."""
+    if reserved := sorted(set(kwargs) & _call_parameters(tokenizer)):
+        raise InvalidInputError(f"{name} may not set {', '.join(reserved)}: the template call's own parameters "
+                                "(add_generation_prompt and continue_final_message are fields of the request)")
 
 
 def _call_parameters(tokenizer: Any) -> set[str]:

@@ -37,8 +37,9 @@ class FakeTokenizer:
             return chr(ids) if ids < 256 else "<eos>"
         return [self.convert_ids_to_tokens(i) for i in ids]
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
-                            tokenize: bool = True, continue_final_message: bool = False) -> list[int] | str:
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, tokenize: bool = True,
+                            continue_final_message: bool = False, **template_kwargs) -> list[int] | str:
+        """A byte-level template; template kwargs reach it as they reach a real one's (this one reads none)."""
         text = "".join(f"<{m['role']}>{m['content']}\n" for m in messages)
         text = text.removesuffix("\n") if continue_final_message else text
         text += "<assistant>" if add_generation_prompt else ""

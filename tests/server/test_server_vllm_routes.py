@@ -89,18 +89,27 @@ def test_tokenizer_info_is_served_only_where_enabled(tiny_llama_dir) -> None:
 
 def test_a_trusted_request_brings_its_own_chat_template(tiny_llama_dir) -> None:
     """vLLM's --trust-request-chat-template: a chat's (and /tokenize's) chat_template renders its messages; one that
-    does not compile is a 400 naming the field. (Untrusted, the field is a 400: test_server_errors.)"""
+    does not compile is a 400 naming the field. (Untrusted, the field is a 400: test_server_errors.) With vLLM's
+    --default-chat-template-kwargs, every chat's template kwargs start from those; the request's own win."""
     from conftest import real_config
 
     from pagedllm.engine.llm_engine import LLMEngine
+    from pagedllm.errors import InvalidInputError
 
-    template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
-    trusting = start_server(LLMEngine(real_config(tiny_llama_dir)), trust_request_chat_template=True)
+    template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}{{ flavour }}"
+    engine = LLMEngine(real_config(tiny_llama_dir))
+    with pytest.raises(InvalidInputError, match="--default-chat-template-kwargs may not set tokenize"):
+        start_server(engine, default_chat_template_kwargs={"tokenize": True})
+    trusting = start_server(engine, trust_request_chat_template=True,
+                            default_chat_template_kwargs={"flavour": "|salt"})
     body = {"messages": [{"role": "user", "content": "hello"}], "chat_template": template}
     try:
         chat = httpx.post(trusting.base_url + "/v1/chat/completions", timeout=30,
                           json={**body, "max_tokens": 1, "return_prompt_text": True}).json()
-        assert chat["prompt_text"] == "<user>hello"
+        assert chat["prompt_text"] == "<user>hello|salt"
+        own = httpx.post(trusting.base_url + "/v1/chat/completions", timeout=30, json={
+            **body, "max_tokens": 1, "return_prompt_text": True, "chat_template_kwargs": {"flavour": "|pepper"}})
+        assert own.json()["prompt_text"] == "<user>hello|pepper"
         tokens = httpx.post(trusting.base_url + "/tokenize", json=body, timeout=30).json()
         assert tokens["count"] == chat["usage"]["prompt_tokens"]
         plain = httpx.post(trusting.base_url + "/tokenize", json={"messages": body["messages"]}, timeout=30).json()
@@ -128,7 +137,8 @@ def test_the_serve_command_takes_the_flags() -> None:
     refused = subprocess.run([*base, "--responses-store-size", "-1"], capture_output=True, text=True, timeout=60)
     assert refused.returncode != 0 and "--responses-store-size must be >= 0" in refused.stderr
     proc, port, log = start_logged([*base, "--responses-store-size", "2", "--enable-tokenizer-info-endpoint",
-                                    "--enable-server-load-tracking", "--trust-request-chat-template"],
+                                    "--enable-server-load-tracking", "--trust-request-chat-template",
+                                    "--default-chat-template-kwargs", '{"enable_thinking": false}'],
                                    ready_timeout=30)
     try:
         url = f"http://127.0.0.1:{port}"

@@ -26,17 +26,19 @@ from pagedllm.metrics import ServerMetrics
 def create_app(engine: AsyncEngine, metrics: ServerMetrics, shutdown_timeout: float = 10.0,
                api_key: str | None = None, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
                chat_parsers: ChatParsers = ChatParsers(), chat_template: str | None = None,
-               trust_request_chat_template: bool = False, responses_store_size: int = 0,
-               enable_tokenizer_info: bool = False) -> FastAPI:
+               trust_request_chat_template: bool = False, default_chat_template_kwargs: dict | None = None,
+               responses_store_size: int = 0, enable_tokenizer_info: bool = False) -> FastAPI:
     """An app serving `engine`; the engine thread starts and stops with the app's lifespan.
 
     With `api_key`, every route but /health needs it; bodies past `max_request_bytes` get a 413. `chat_template`:
     the template chats go through, in place of the model's own; `trust_request_chat_template`: a request may bring
-    its own (vLLM's flag). `responses_store_size`: how many Responses API
-    responses are kept (0: none). `enable_tokenizer_info`: serve vLLM's GET /tokenizer_info.
+    its own (vLLM's flag); `default_chat_template_kwargs`: what every chat's chat_template_kwargs add to.
+    `responses_store_size`: how many Responses API responses are kept (0: none). `enable_tokenizer_info`: serve
+    vLLM's GET /tokenizer_info.
     """
     prompts = PromptProcessor(engine.tokenizer, engine.vocab_size, engine.max_model_len,
-                              chat_template=chat_template, trust_request_chat_template=trust_request_chat_template)
+                              chat_template=chat_template, trust_request_chat_template=trust_request_chat_template,
+                              default_template_kwargs=default_chat_template_kwargs)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from pagedllm.entrypoints.server import limits
 from pagedllm.entrypoints.server.errors import APIError
 from pagedllm.errors import InvalidInputError
-from pagedllm.model.chat_template import render_chat
+from pagedllm.model.chat_template import check_template_kwargs, render_chat
 
 T = TypeVar("T")
 WORKERS = 2
@@ -36,11 +36,15 @@ FAR_PAST = 2
 
 class PromptProcessor:
     def __init__(self, tokenizer: Any, vocab_size: int, max_model_len: int, workers: int = WORKERS,
-                 chat_template: str | None = None, trust_request_chat_template: bool = False) -> None:
+                 chat_template: str | None = None, trust_request_chat_template: bool = False,
+                 default_template_kwargs: dict[str, Any] | None = None) -> None:
         # One copy per worker thread, made now: a copy takes tens of milliseconds, mostly holding the GIL.
         self._spares = [copy.deepcopy(tokenizer) for _ in range(workers)]
         self.chat_template = chat_template  # the server's --chat-template, in place of the model's
         self.trust_request_chat_template = trust_request_chat_template  # a request may bring its own
+        # the server's --default-chat-template-kwargs, under each request's own
+        self.default_template_kwargs = dict(default_template_kwargs or {})
+        check_template_kwargs(tokenizer, self.default_template_kwargs, "--default-chat-template-kwargs")
         self._lock = threading.Lock()
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pagedllm-tokenize")
@@ -58,6 +62,7 @@ class PromptProcessor:
         request's own, where the server trusts requests with one), as token ids (the template writes the special
         tokens: the tokenizer adds its own only where add_special_tokens asks)."""
         options = dict(options)
+        options["template_kwargs"] = {**self.default_template_kwargs, **(options.get("template_kwargs") or {})}
         own = options.pop("chat_template", None)
         if own is not None and not self.trust_request_chat_template:
             raise InvalidInputError("chat_template is passed with the request, but the server was not started with "
