@@ -13,6 +13,7 @@ from pagedllm.entrypoints.server.app import create_app
 from pagedllm.entrypoints.server import DEFAULT_MAX_REQUEST_BYTES
 from pagedllm.entrypoints.server.memory import freed_memory_releaser
 from pagedllm.entrypoints.server.chat_parsers import ChatParsers
+from pagedllm.entrypoints.server.options import ServerOptions
 from pagedllm.metrics import ServerMetrics
 
 logger = logging.getLogger("pagedllm.server")
@@ -48,9 +49,7 @@ def build_server(engine: EngineProtocol, host: str = "127.0.0.1", port: int = 80
                  log_level: str = "info", api_key: str | None = None,
                  max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
                  engine_thread: EngineThread | None = None,
-                 chat_parsers: ChatParsers = ChatParsers(), chat_template: str | None = None,
-                 trust_request_chat_template: bool = False, default_chat_template_kwargs: dict | None = None,
-                 responses_store_size: int = 0, enable_tokenizer_info: bool = False) -> uvicorn.Server:
+                 chat_parsers: ChatParsers = ChatParsers(), options: ServerOptions = ServerOptions()) -> uvicorn.Server:
     """A uvicorn server for `engine`; in-flight requests get `shutdown_timeout` s to finish on exit.
     `engine_thread`: the thread that built the engine, which then steps it too."""
     metrics = ServerMetrics(engine.model_name)
@@ -58,9 +57,7 @@ def build_server(engine: EngineProtocol, host: str = "127.0.0.1", port: int = 80
                                on_idle=freed_memory_releaser(), on_fatal=lambda _: server.request_exit(),
                                thread=engine_thread)
     app = create_app(async_engine, metrics, api_key=api_key, max_request_bytes=max_request_bytes,
-                     chat_parsers=chat_parsers, chat_template=chat_template,
-                     trust_request_chat_template=trust_request_chat_template,
-                     default_chat_template_kwargs=default_chat_template_kwargs, responses_store_size=responses_store_size, enable_tokenizer_info=enable_tokenizer_info)
+                     chat_parsers=chat_parsers, options=options)
     # uvicorn's own timeout is the fallback, should a handler not end after the abort.
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
                             timeout_graceful_shutdown=5.0, access_log=False)

@@ -119,7 +119,7 @@ class SamplingFields(StrictBody):
     prompt_logprobs: int | None = None  # vLLM's: each prompt token's logprob and its top-k, in the response
     logprob_token_ids: list[int] | None = None  # vLLM's: these tokens' logprobs instead of the top-k (needs logprobs)
     return_token_ids: bool = False  # vLLM's: the prompt's and each choice's token ids beside the text
-    return_tokens_as_token_ids: bool = False  # vLLM's: logprobs name tokens "token_id:<id>"
+    return_tokens_as_token_ids: bool | None = None  # vLLM's: logprobs name tokens "token_id:<id>" (None: the server's)
 
     def check_streaming(self) -> None:
         if self.stream_options is not None and not self.stream:

@@ -38,6 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="serve vLLM's GET /tokenizer_info (the tokenizer's configuration and chat template)")
     parser.add_argument("--enable-server-load-tracking", action="store_true",
                         help="taken for vLLM's command lines: GET /load always counts the generating calls here")
+    parser.add_argument("--enable-prompt-tokens-details", action="store_true",
+                        help="usage gives prompt_tokens_details.cached_tokens, the prompt tokens served from the "
+                             "prefix cache (vLLM's)")
+    parser.add_argument("--enable-force-include-usage", action="store_true",
+                        help="every stream ends with its usage, as if stream_options.include_usage were set (vLLM's)")
+    parser.add_argument("--return-tokens-as-token-ids", action="store_true",
+                        help="logprobs name tokens \"token_id:<id>\" unless a request says otherwise (vLLM's)")
     tools = parser.add_argument_group("tool calling")
     tools.add_argument("--tool-call-parser", default=None, choices=list(TOOL_CALL_PARSERS),
                        help="how the model writes tool calls, for tool_choice auto (hermes: JSON in <tool_call> "
@@ -66,6 +73,19 @@ def _json_object(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"a JSON object is needed, got {text!r}")
     return value
+
+
+def server_options(args: argparse.Namespace, chat_template: str | None) -> Any:
+    """The API's options from the command line (chat_template: --chat-template's text)."""
+    from pagedllm.entrypoints.server.options import ServerOptions
+
+    return ServerOptions(chat_template=chat_template, trust_request_chat_template=args.trust_request_chat_template,
+                         default_chat_template_kwargs=args.default_chat_template_kwargs,
+                         responses_store_size=args.responses_store_size,
+                         enable_tokenizer_info=args.enable_tokenizer_info_endpoint,
+                         enable_prompt_tokens_details=args.enable_prompt_tokens_details,
+                         enable_force_include_usage=args.enable_force_include_usage,
+                         return_tokens_as_token_ids=args.return_tokens_as_token_ids)
 
 
 def load_engine(config: Any) -> Any:
@@ -104,11 +124,7 @@ def run(args: argparse.Namespace) -> int:
     server = build_server(engine, args.host, args.port, args.max_waiting_requests,
                           args.shutdown_timeout, args.log_level, api_key=args.api_key,
                           max_request_bytes=args.max_request_bytes, engine_thread=engine_thread,
-                          chat_parsers=chat_parsers, chat_template=chat_template,
-                          trust_request_chat_template=args.trust_request_chat_template,
-                          default_chat_template_kwargs=args.default_chat_template_kwargs,
-                          responses_store_size=args.responses_store_size,
-                          enable_tokenizer_info=args.enable_tokenizer_info_endpoint)
+                          chat_parsers=chat_parsers, options=server_options(args, chat_template))
     _log_startup(engine, args.host, sock.getsockname()[1])
     warn_if_exposed(args.host, sock.getsockname()[1], args.api_key)
     try:

@@ -13,6 +13,7 @@ import uvicorn
 from pagedllm.engine.async_engine import AsyncEngine
 from pagedllm.engine.stats import EngineStats
 from pagedllm.entrypoints.openai_server import bind, build_server
+from pagedllm.entrypoints.server.options import ServerOptions
 
 
 def parse_stream(lines: list[str]) -> tuple[list[dict], bool]:
@@ -65,7 +66,8 @@ def start_server(engine: Any, **options: Any) -> RunningServer:
     port = sock.getsockname()[1]
     options.setdefault("log_level", "warning")
     options.setdefault("shutdown_timeout", 2.0)
-    server = build_server(engine, "127.0.0.1", port, **options)
+    api = {name: options.pop(name) for name in list(options) if name in ServerOptions.__dataclass_fields__}
+    server = build_server(engine, "127.0.0.1", port, options=ServerOptions(**api), **options)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="uvicorn")
     thread.start()
     deadline = time.monotonic() + 30

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -138,7 +139,9 @@ def test_the_serve_command_takes_the_flags() -> None:
     assert refused.returncode != 0 and "--responses-store-size must be >= 0" in refused.stderr
     proc, port, log = start_logged([*base, "--responses-store-size", "2", "--enable-tokenizer-info-endpoint",
                                     "--enable-server-load-tracking", "--trust-request-chat-template",
-                                    "--default-chat-template-kwargs", '{"enable_thinking": false}'],
+                                    "--default-chat-template-kwargs", '{"enable_thinking": false}',
+                                    "--enable-prompt-tokens-details", "--enable-force-include-usage",
+                                    "--return-tokens-as-token-ids"],
                                    ready_timeout=30)
     try:
         url = f"http://127.0.0.1:{port}"
@@ -149,3 +152,32 @@ def test_the_serve_command_takes_the_flags() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_the_usage_and_token_name_flags(tiny_llama_dir) -> None:
+    """vLLM's --enable-prompt-tokens-details (usage's cached prompt tokens), --enable-force-include-usage (every
+    stream ends with its usage) and --return-tokens-as-token-ids (the requests' default)."""
+    from conftest import real_config
+
+    from pagedllm.engine.llm_engine import LLMEngine
+
+    server = start_server(LLMEngine(real_config(tiny_llama_dir)), enable_prompt_tokens_details=True,
+                          enable_force_include_usage=True, return_tokens_as_token_ids=True)
+    prompt = list(range(10, 60))
+    body = {"prompt": prompt, "max_tokens": 2, "temperature": 0, "logprobs": 1}
+    try:
+        url = server.base_url
+        first = httpx.post(url + "/v1/completions", json=body, timeout=30).json()
+        again = httpx.post(url + "/v1/completions", json=body, timeout=30).json()
+        assert first["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+        assert 0 < again["usage"]["prompt_tokens_details"]["cached_tokens"] < len(prompt)
+        assert all(t.startswith("token_id:") for t in again["choices"][0]["logprobs"]["tokens"])
+        named = httpx.post(url + "/v1/completions", json={**body, "return_tokens_as_token_ids": False}, timeout=30)
+        assert not any(t.startswith("token_id:") for t in named.json()["choices"][0]["logprobs"]["tokens"])
+        chat = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 2, "stream": True}
+        with httpx.stream("POST", url + "/v1/chat/completions", json=chat, timeout=30) as response:
+            lines = [line for line in response.iter_lines() if line.startswith("data: {")]
+        usage = json.loads(lines[-1][6:])["usage"]
+        assert usage["completion_tokens"] == 2 and "cached_tokens" in usage["prompt_tokens_details"]
+    finally:
+        server.stop()

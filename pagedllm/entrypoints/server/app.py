@@ -18,6 +18,7 @@ from pagedllm.engine.token_text import TokenText
 from pagedllm.entrypoints.server.prompts import PromptProcessor
 from pagedllm.entrypoints.reasoning import think_token_ids
 from pagedllm.entrypoints.server.chat_parsers import ChatParsers
+from pagedllm.entrypoints.server.options import ServerOptions
 from pagedllm.entrypoints.server.response_store import ResponseStore
 from pagedllm.entrypoints.server.server_load import LoadCounter, ServerLoad
 from pagedllm.metrics import ServerMetrics
@@ -25,20 +26,16 @@ from pagedllm.metrics import ServerMetrics
 
 def create_app(engine: AsyncEngine, metrics: ServerMetrics, shutdown_timeout: float = 10.0,
                api_key: str | None = None, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-               chat_parsers: ChatParsers = ChatParsers(), chat_template: str | None = None,
-               trust_request_chat_template: bool = False, default_chat_template_kwargs: dict | None = None,
-               responses_store_size: int = 0, enable_tokenizer_info: bool = False) -> FastAPI:
+               chat_parsers: ChatParsers = ChatParsers(), options: ServerOptions = ServerOptions()) -> FastAPI:
     """An app serving `engine`; the engine thread starts and stops with the app's lifespan.
 
-    With `api_key`, every route but /health needs it; bodies past `max_request_bytes` get a 413. `chat_template`:
-    the template chats go through, in place of the model's own; `trust_request_chat_template`: a request may bring
-    its own (vLLM's flag); `default_chat_template_kwargs`: what every chat's chat_template_kwargs add to.
-    `responses_store_size`: how many Responses API responses are kept (0: none). `enable_tokenizer_info`: serve
-    vLLM's GET /tokenizer_info.
+    With `api_key`, every route but /health needs it; bodies past `max_request_bytes` get a 413. `options`: what
+    the API does beyond each request's fields (the chat template, the Responses store, usage details, ...).
     """
     prompts = PromptProcessor(engine.tokenizer, engine.vocab_size, engine.max_model_len,
-                              chat_template=chat_template, trust_request_chat_template=trust_request_chat_template,
-                              default_template_kwargs=default_chat_template_kwargs)
+                              chat_template=options.chat_template,
+                              trust_request_chat_template=options.trust_request_chat_template,
+                              default_template_kwargs=options.default_chat_template_kwargs)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -56,7 +53,9 @@ def create_app(engine: AsyncEngine, metrics: ServerMetrics, shutdown_timeout: fl
     app.state.started = int(time.time())
     app.state.prompts = prompts
     app.state.chat_parsers = chat_parsers
-    app.state.response_store = ResponseStore(responses_store_size) if responses_store_size > 0 else None
+    app.state.options = options
+    store_size = options.responses_store_size
+    app.state.response_store = ResponseStore(store_size) if store_size > 0 else None
     # where a reasoning parser is on and the tags are tokens of their own, usage counts the reasoning's tokens
     vocab = engine.tokenizer.get_vocab() if chat_parsers.reasoning_parser else {}
     app.state.think_ids = think_token_ids(vocab)
@@ -68,6 +67,6 @@ def create_app(engine: AsyncEngine, metrics: ServerMetrics, shutdown_timeout: fl
     install_error_handlers(app)
     for module in (completions, chat, responses, tokenize, info, prefix_cache, server_load):
         app.include_router(module.router)
-    if enable_tokenizer_info:
+    if options.enable_tokenizer_info:
         app.include_router(tokenize.info_router)
     return app

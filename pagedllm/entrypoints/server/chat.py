@@ -17,6 +17,7 @@ from pagedllm.entrypoints.server.deltas import ChoiceDelta, DeltaTracker, HeldTo
 from pagedllm.entrypoints.server.errors import from_abort, sse_error
 from pagedllm.engine.token_text import TokenText
 from pagedllm.entrypoints.server.logprobs import TokenIdText, chat_logprobs, token_first, vllm_prompt_logprobs
+from pagedllm.entrypoints.server.options import ServerOptions, apply_server_defaults
 from pagedllm.entrypoints.server.prompts import PromptProcessor
 from pagedllm.entrypoints.server.request_body import parse_body
 from pagedllm.entrypoints.server.submission import (Submission, check_capacity, check_model, submit,
@@ -36,6 +37,8 @@ async def create_chat_completion(request: Request) -> Any:
     body = await parse_body(request, ChatCompletionRequest)
     check_model(engine, body.model)
     body.check_streaming()
+    options: ServerOptions = request.app.state.options
+    apply_server_defaults(body, options)
     parsers: ChatParsers = request.app.state.chat_parsers
     tools = body.tool_choice_for(parsers.tool_call_parser, parsers.auto_tool_choice)
     params = body.to_sampling_params(engine.sampling_defaults, tools)
@@ -44,7 +47,8 @@ async def create_chat_completion(request: Request) -> Any:
     # what the model is fed, as text: the template's output as tokenized (and cut, with truncate_prompt_tokens)
     prompt_text = await request.app.state.prompts.decode(prompt) if body.return_prompt_text else None
     submission = await submit(engine, "chatcmpl", [prompt], params, body, request.headers)
-    view = _View(body, submission, params.n, request.app.state.token_text, chat_text, prompt_text)
+    view = _View(body, submission, params.n, request.app.state.token_text, chat_text, prompt_text,
+                 options.enable_prompt_tokens_details)
     if body.stream:
         return StreamingResponse(view.stream(), media_type="text/event-stream", headers=sse.HEADERS)
     finals = await until_disconnected(request, submission.collect(), submission)
@@ -90,9 +94,10 @@ class _View:
     """Shapes one chat call's engine outputs into the OpenAI response or chunks."""
 
     def __init__(self, body: ChatCompletionRequest, submission: Submission, n: int, text_of: TokenText,
-                 chat_text: ChatText, prompt_text: str | None) -> None:
+                 chat_text: ChatText, prompt_text: str | None, cached_details: bool = False) -> None:
         self.body, self.submission, self.n, self.text_of = body, submission, n, text_of
         self.prompt_text = prompt_text  # where return_prompt_text asked for it
+        self.cached_details = cached_details  # usage's prompt_tokens_details (--enable-prompt-tokens-details)
         self.names = TokenIdText(text_of) if body.return_tokens_as_token_ids else text_of  # tokens in logprobs
         self.usage = sse.ChunkUsage(body.stream_options, submission.prompt_lengths)
         self.chat_text = chat_text
@@ -126,7 +131,8 @@ class _View:
         return {"token_ids": list(token_ids)} if self.body.return_token_ids else {}
 
     def _usage(self, final: RequestOutput) -> dict[str, Any]:
-        usage: dict[str, Any] = sse.usage(len(final.prompt_token_ids), sum(len(c.token_ids) for c in final.outputs))
+        cached = final.metrics.num_cached_prompt_tokens if self.cached_details else None
+        usage = sse.usage(len(final.prompt_token_ids), sum(len(c.token_ids) for c in final.outputs), cached)
         details = self.chat_text.usage_details([c.token_ids for c in final.outputs])
         return usage if details is None else {**usage, "completion_tokens_details": details}
 

@@ -18,6 +18,7 @@ from pagedllm.entrypoints.server.errors import from_abort, sse_error
 from pagedllm.engine.token_text import TokenText
 from pagedllm.entrypoints.server.logprobs import (TokenIdText, completion_logprobs, prompt_logprobs, token_first,
                                                    vllm_prompt_logprobs)
+from pagedllm.entrypoints.server.options import ServerOptions, apply_server_defaults
 from pagedllm.entrypoints.server.prompts import PromptProcessor
 from pagedllm.entrypoints.server.request_body import parse_body
 from pagedllm.entrypoints.server.submission import (Submission, check_capacity, check_model, submit,
@@ -34,10 +35,12 @@ async def create_completion(request: Request) -> Any:
     body = await parse_body(request, CompletionRequest)
     check_model(engine, body.model)
     body.check_streaming()
+    options: ServerOptions = request.app.state.options
+    apply_server_defaults(body, options)
     params = body.to_sampling_params(engine.sampling_defaults)
     prompts = await _prompt_ids(request.app.state.prompts, engine.max_model_len, body, params)
     submission = await submit(engine, "cmpl", prompts, params, body, request.headers)
-    view = _View(body, submission, params.n, request.app.state.token_text)
+    view = _View(body, submission, params.n, request.app.state.token_text, options.enable_prompt_tokens_details)
     if body.stream:
         return StreamingResponse(view.stream(), media_type="text/event-stream", headers=sse.HEADERS)
     finals = await until_disconnected(request, submission.collect(), submission)
@@ -62,8 +65,10 @@ async def _prompt_ids(processor: PromptProcessor, max_model_len: int, body: Comp
 class _View:
     """Shapes one completion call's engine outputs into the OpenAI response or chunks."""
 
-    def __init__(self, body: CompletionRequest, submission: Submission, n: int, text_of: TokenText) -> None:
+    def __init__(self, body: CompletionRequest, submission: Submission, n: int, text_of: TokenText,
+                 cached_details: bool = False) -> None:
         self.body, self.submission, self.n, self.text_of = body, submission, n, text_of
+        self.cached_details = cached_details  # usage's prompt_tokens_details (--enable-prompt-tokens-details)
         self.names = TokenIdText(text_of) if body.return_tokens_as_token_ids else text_of  # tokens in logprobs
         self.engine = submission.engine
         self.prompts = body.prompts()
@@ -115,7 +120,11 @@ class _View:
                                 **self._extras(output, c.token_ids)})
         choices.sort(key=lambda choice: choice["index"])
         prompt_tokens = sum(len(o.prompt_token_ids) for o in finals)
-        return {**self._envelope(choices), "usage": sse.usage(prompt_tokens, completion_tokens)}
+        return {**self._envelope(choices), "usage": sse.usage(prompt_tokens, completion_tokens, self._cached(finals))}
+
+    def _cached(self, outputs: list[RequestOutput]) -> int | None:
+        """The prompt tokens the prefix cache served, where usage gives them."""
+        return sum(o.metrics.num_cached_prompt_tokens for o in outputs) if self.cached_details else None
 
     def _extras(self, output: RequestOutput, token_ids: list[int]) -> dict[str, Any]:
         """A whole choice's fields of vLLM's extras, where the request asked for them."""
@@ -148,6 +157,7 @@ class _View:
         offsets: dict[int, int] = {}
         prompt_tokens: dict[int, int] = {}
         completion_tokens: dict[int, int] = {}
+        lasts: dict[int, RequestOutput] = {}  # each prompt's latest output
         started: set[int] = set()  # choices that sent a chunk
         try:
             async for output in self.submission.outputs():
@@ -167,8 +177,10 @@ class _View:
                     yield sse.event(chunk)
                 prompt_tokens[prompt_index] = len(output.prompt_token_ids)
                 completion_tokens[prompt_index] = sum(len(c.token_ids) for c in output.outputs)
+                lasts[prompt_index] = output
             if self.usage.include:
-                usage = sse.usage(sum(prompt_tokens.values()), sum(completion_tokens.values()))
+                usage = sse.usage(sum(prompt_tokens.values()), sum(completion_tokens.values()),
+                                  self._cached(list(lasts.values())))
                 yield sse.event({**self._envelope([]), "usage": usage})
         except RequestAborted as exc:
             yield sse_error(from_abort(exc))

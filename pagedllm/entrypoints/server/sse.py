@@ -21,9 +21,14 @@ def event(payload: dict[str, Any]) -> str:
     return f"data: {text}\n\n"
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> dict[str, Any]:
+    """OpenAI's usage; with `cached_tokens` (vLLM's --enable-prompt-tokens-details) the prompt tokens the prefix cache
+    served, as prompt_tokens_details."""
+    counts: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                              "total_tokens": prompt_tokens + completion_tokens}
+    if cached_tokens is not None:
+        counts["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    return counts
 
 
 class ChunkUsage:
