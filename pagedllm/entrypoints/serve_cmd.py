@@ -43,6 +43,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "prefix cache (vLLM's)")
     parser.add_argument("--enable-force-include-usage", action="store_true",
                         help="every stream ends with its usage, as if stream_options.include_usage were set (vLLM's)")
+    cors = parser.add_argument_group("cross-origin browser access (vLLM's flags; none by default)")
+    cors.add_argument("--allowed-origins", type=_json_strings, default=[], metavar="JSON",
+                      help='origins allowed, a JSON list (e.g. \'["https://app.example"]\' or \'["*"]\')')
+    cors.add_argument("--allowed-methods", type=_json_strings, default=["*"], metavar="JSON",
+                      help='methods allowed, a JSON list (default ["*"])')
+    cors.add_argument("--allowed-headers", type=_json_strings, default=["*"], metavar="JSON",
+                      help='headers allowed, a JSON list (default ["*"])')
+    cors.add_argument("--allow-credentials", action="store_true", help="allow credentials (cookies) cross-origin")
     parser.add_argument("--return-tokens-as-token-ids", action="store_true",
                         help="logprobs name tokens \"token_id:<id>\" unless a request says otherwise (vLLM's)")
     tools = parser.add_argument_group("tool calling")
@@ -64,12 +72,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_engine_arguments(parser)
 
 
-def _json_object(text: str) -> dict[str, Any]:
-    """A command line's JSON object (argparse names the flag where this raises)."""
+def _json_value(text: str) -> Any:
+    """A command line's JSON value (argparse names the flag where this raises)."""
     try:
-        value = json.loads(text)
+        return json.loads(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    value = _json_value(text)
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"a JSON object is needed, got {text!r}")
     return value
@@ -85,7 +97,16 @@ def server_options(args: argparse.Namespace, chat_template: str | None) -> Any:
                          enable_tokenizer_info=args.enable_tokenizer_info_endpoint,
                          enable_prompt_tokens_details=args.enable_prompt_tokens_details,
                          enable_force_include_usage=args.enable_force_include_usage,
-                         return_tokens_as_token_ids=args.return_tokens_as_token_ids)
+                         return_tokens_as_token_ids=args.return_tokens_as_token_ids,
+                         allowed_origins=tuple(args.allowed_origins), allowed_methods=tuple(args.allowed_methods),
+                         allowed_headers=tuple(args.allowed_headers), allow_credentials=args.allow_credentials)
+
+
+def _json_strings(text: str) -> list[str]:
+    value = _json_value(text)
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise argparse.ArgumentTypeError(f"a JSON list of strings is needed, got {text!r}")
+    return value
 
 
 def load_engine(config: Any) -> Any:

@@ -1,4 +1,5 @@
-"""vLLM's GET /load (generating calls in flight) and GET /tokenizer_info (with --enable-tokenizer-info-endpoint)."""
+"""vLLM's GET /load (generating calls in flight) and GET /tokenizer_info (with --enable-tokenizer-info-endpoint),
+and vLLM's server flags: request chat templates, default template kwargs, usage details, token names, CORS."""
 
 from __future__ import annotations
 
@@ -141,7 +142,7 @@ def test_the_serve_command_takes_the_flags() -> None:
                                     "--enable-server-load-tracking", "--trust-request-chat-template",
                                     "--default-chat-template-kwargs", '{"enable_thinking": false}',
                                     "--enable-prompt-tokens-details", "--enable-force-include-usage",
-                                    "--return-tokens-as-token-ids"],
+                                    "--return-tokens-as-token-ids", "--allowed-origins", '["*"]'],
                                    ready_timeout=30)
     try:
         url = f"http://127.0.0.1:{port}"
@@ -181,3 +182,28 @@ def test_the_usage_and_token_name_flags(tiny_llama_dir) -> None:
         assert usage["completion_tokens"] == 2 and "cached_tokens" in usage["prompt_tokens_details"]
     finally:
         server.stop()
+
+
+def test_allowed_origins_open_the_api_to_those_pages() -> None:
+    """vLLM's --allowed-origins: a page there may call the API (its preflight needs no key; a refusal for want of
+    one still carries the CORS headers, so the page can read it); none allowed, no CORS headers at all."""
+    origin = {"Origin": "https://app.example"}
+    preflight = {**origin, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"}
+    opened = start_server(FakeEngine(fake_config()), api_key="k", allowed_origins=("https://app.example",))
+    closed = start_server(FakeEngine(fake_config()), api_key="k")
+    try:
+        answer = httpx.options(opened.base_url + "/v1/chat/completions", headers=preflight, timeout=10)
+        assert answer.status_code == 200
+        assert answer.headers["access-control-allow-origin"] == "https://app.example"
+        models = httpx.get(opened.base_url + "/v1/models", headers={**origin, "Authorization": "Bearer k"}, timeout=10)
+        assert models.status_code == 200 and models.headers["access-control-allow-origin"] == "https://app.example"
+        refused = httpx.get(opened.base_url + "/v1/models", headers=origin, timeout=10)
+        assert refused.status_code == 401 and "access-control-allow-origin" in refused.headers
+        other = httpx.get(opened.base_url + "/v1/models", headers={"Origin": "https://elsewhere.example",
+                                                                   "Authorization": "Bearer k"}, timeout=10)
+        assert "access-control-allow-origin" not in other.headers
+        plain = httpx.get(closed.base_url + "/v1/models", headers={**origin, "Authorization": "Bearer k"}, timeout=10)
+        assert plain.status_code == 200 and "access-control-allow-origin" not in plain.headers
+    finally:
+        opened.stop()
+        closed.stop()

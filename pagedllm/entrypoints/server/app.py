@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
 
 from pagedllm.engine.async_engine import AsyncEngine
 from pagedllm.entrypoints.server import (DEFAULT_MAX_REQUEST_BYTES, chat, completions, info, prefix_cache, responses,
@@ -63,7 +64,11 @@ def create_app(engine: AsyncEngine, metrics: ServerMetrics, shutdown_timeout: fl
     app.add_middleware(ServerLoad, counter=app.state.server_load)
     app.add_middleware(BodyLimit, max_bytes=max_request_bytes)
     if api_key is not None:
-        app.add_middleware(APIKeyAuth, api_key=api_key)  # added last: runs first
+        app.add_middleware(APIKeyAuth, api_key=api_key)
+    if options.allowed_origins:  # added last, so it runs first: preflights need no key, and 401s carry its headers
+        app.add_middleware(CORSMiddleware, allow_origins=list(options.allowed_origins),
+                           allow_methods=list(options.allowed_methods), allow_headers=list(options.allowed_headers),
+                           allow_credentials=options.allow_credentials)
     install_error_handlers(app)
     for module in (completions, chat, responses, tokenize, info, prefix_cache, server_load):
         app.include_router(module.router)

@@ -18,6 +18,11 @@ class ServerOptions:
     enable_prompt_tokens_details: bool = False  # usage.prompt_tokens_details: the prompt tokens served from cache
     enable_force_include_usage: bool = False  # every stream ends with its usage, as stream_options.include_usage
     return_tokens_as_token_ids: bool = False  # the default of the requests' return_tokens_as_token_ids
+    # cross-origin browser access (vLLM's flags): none unless origins are allowed
+    allowed_origins: tuple[str, ...] = ()
+    allowed_methods: tuple[str, ...] = ("*",)
+    allowed_headers: tuple[str, ...] = ("*",)
+    allow_credentials: bool = False
 
 
 def apply_server_defaults(body: SamplingFields, options: ServerOptions) -> None:
