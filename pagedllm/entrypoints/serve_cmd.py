@@ -51,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cors.add_argument("--allowed-headers", type=_json_strings, default=["*"], metavar="JSON",
                       help='headers allowed, a JSON list (default ["*"])')
     cors.add_argument("--allow-credentials", action="store_true", help="allow credentials (cookies) cross-origin")
+    parser.add_argument("--enable-log-requests", action=argparse.BooleanOptionalAction, default=False,
+                        help="log each request's id, prompt lengths and sampling parameters (at --log-level debug "
+                             "its prompt token ids too), as vLLM's flag")
     parser.add_argument("--return-tokens-as-token-ids", action="store_true",
                         help="logprobs name tokens \"token_id:<id>\" unless a request says otherwise (vLLM's)")
     tools = parser.add_argument_group("tool calling")
@@ -137,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
     chat_parsers = ChatParsers(args.tool_call_parser, args.enable_auto_tool_choice, args.reasoning_parser)
     chat_template = None if args.chat_template is None else load_chat_template(args.chat_template)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(message)s")
+    if not args.enable_log_requests:
+        logging.getLogger("pagedllm.requests").setLevel(logging.WARNING)
     bound_onednn_cache()
     config = engine_config_from_args(args)
     engine_thread = EngineThread()  # builds the engine and then steps it: one OpenMP team

@@ -142,7 +142,7 @@ def test_the_serve_command_takes_the_flags() -> None:
                                     "--enable-server-load-tracking", "--trust-request-chat-template",
                                     "--default-chat-template-kwargs", '{"enable_thinking": false}',
                                     "--enable-prompt-tokens-details", "--enable-force-include-usage",
-                                    "--return-tokens-as-token-ids", "--allowed-origins", '["*"]'],
+                                    "--return-tokens-as-token-ids", "--allowed-origins", '["*"]', "--enable-log-requests"],
                                    ready_timeout=30)
     try:
         url = f"http://127.0.0.1:{port}"
@@ -207,3 +207,14 @@ def test_allowed_origins_open_the_api_to_those_pages() -> None:
     finally:
         opened.stop()
         closed.stop()
+
+
+def test_requests_are_logged_where_asked(slow: RunningServer, caplog) -> None:
+    """The log --enable-log-requests opens: each admitted call's request ids, prompt lengths and parameters."""
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="pagedllm.requests"):
+        httpx.post(slow.base_url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2, "request_id": "seen"},
+                   timeout=30)
+    (record,) = [r for r in caplog.records if r.name == "pagedllm.requests"]
+    assert "cmpl-seen" in record.getMessage() and "max_tokens=2" in record.getMessage()

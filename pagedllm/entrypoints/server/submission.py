@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Mapping
@@ -17,6 +18,9 @@ from pagedllm.entrypoints.server.errors import APIError, model_not_found, overlo
 from pagedllm.sampling_params import SamplingParams
 
 T = TypeVar("T")
+# each admitted call's requests, where `pagedllm serve --enable-log-requests` sets this logger to INFO (vLLM's flag):
+# their ids, prompt lengths and sampling parameters; at DEBUG their prompt token ids too
+request_log = logging.getLogger("pagedllm.requests")
 
 
 class Submission:
@@ -96,6 +100,10 @@ async def submit(engine: AsyncEngine, prefix: str, prompts: list[list[int]], par
     check_capacity(engine)  # again: others may have been admitted while this one was tokenized
     submission = Submission(engine, prefix, headers.get("x-request-id") or body.request_id)
     await submission.add(prompts, params, body.cache_salt, _header_int(headers, "x-vllm-priority", body.priority))
+    if request_log.isEnabledFor(logging.INFO):
+        request_log.info("received %s: prompt tokens %s, %s", ", ".join(submission.request_ids),
+                         [len(p) for p in prompts], params)
+        request_log.debug("prompt token ids of %s: %s", submission.id, prompts)
     return submission
 
 
