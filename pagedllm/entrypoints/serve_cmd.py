@@ -91,18 +91,16 @@ def _json_object(text: str) -> dict[str, Any]:
 
 
 def server_options(args: argparse.Namespace, chat_template: str | None) -> Any:
-    """The API's options from the command line (chat_template: --chat-template's text)."""
+    """The API's options from the command line, each flag under its field's name (chat_template: --chat-template's
+    text)."""
+    from dataclasses import fields
+
     from pagedllm.entrypoints.server.options import ServerOptions
 
-    return ServerOptions(chat_template=chat_template, trust_request_chat_template=args.trust_request_chat_template,
-                         default_chat_template_kwargs=args.default_chat_template_kwargs,
-                         responses_store_size=args.responses_store_size,
-                         enable_tokenizer_info=args.enable_tokenizer_info_endpoint,
-                         enable_prompt_tokens_details=args.enable_prompt_tokens_details,
-                         enable_force_include_usage=args.enable_force_include_usage,
-                         return_tokens_as_token_ids=args.return_tokens_as_token_ids,
-                         allowed_origins=tuple(args.allowed_origins), allowed_methods=tuple(args.allowed_methods),
-                         allowed_headers=tuple(args.allowed_headers), allow_credentials=args.allow_credentials)
+    given = {field.name: getattr(args, field.name) for field in fields(ServerOptions) if hasattr(args, field.name)}
+    lists = {name: tuple(given[name]) for name in ("allowed_origins", "allowed_methods", "allowed_headers")}
+    return ServerOptions(**{**given, **lists, "chat_template": chat_template,
+                            "enable_tokenizer_info": args.enable_tokenizer_info_endpoint})
 
 
 def _json_strings(text: str) -> list[str]:

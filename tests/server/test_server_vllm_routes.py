@@ -125,8 +125,8 @@ def test_a_trusted_request_brings_its_own_chat_template(tiny_llama_dir) -> None:
 
 
 def test_the_serve_command_takes_the_flags() -> None:
-    """`pagedllm serve` (on the fake engine) with the store, /tokenizer_info and vLLM's load-tracking flag; a
-    negative store size is refused before the engine loads."""
+    """`pagedllm serve` (on the fake engine) with the store, /tokenizer_info and every vLLM frontend flag it takes,
+    which reach the API; a negative store size is refused before the engine loads."""
     import subprocess
     import sys
     from pathlib import Path
@@ -142,7 +142,8 @@ def test_the_serve_command_takes_the_flags() -> None:
                                     "--enable-server-load-tracking", "--trust-request-chat-template",
                                     "--default-chat-template-kwargs", '{"enable_thinking": false}',
                                     "--enable-prompt-tokens-details", "--enable-force-include-usage",
-                                    "--return-tokens-as-token-ids", "--allowed-origins", '["*"]', "--enable-log-requests"],
+                                    "--return-tokens-as-token-ids", "--allowed-origins", '["*"]',
+                                    "--enable-log-requests"],
                                    ready_timeout=30)
     try:
         url = f"http://127.0.0.1:{port}"
@@ -150,6 +151,13 @@ def test_the_serve_command_takes_the_flags() -> None:
         first = httpx.post(url + "/v1/responses", json={"input": "hi", "max_output_tokens": 64}, timeout=30).json()
         assert httpx.get(f"{url}/v1/responses/{first['id']}", timeout=10).json() == first
         assert httpx.get(url + "/load", timeout=10).json() == {"server_load": 0}
+        # the flags reach the API: CORS for any origin, usage details, token ids as names
+        assert httpx.get(url + "/v1/models", headers={"Origin": "https://a.example"},
+                         timeout=10).headers["access-control-allow-origin"] == "*"
+        completion = httpx.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2, "logprobs": 0},
+                                timeout=30).json()
+        assert "cached_tokens" in completion["usage"]["prompt_tokens_details"]
+        assert completion["choices"][0]["logprobs"]["tokens"][0].startswith("token_id:")
     finally:
         proc.terminate()
         proc.wait(timeout=20)
