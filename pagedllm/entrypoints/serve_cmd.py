@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import json
 import logging
 import os
 import signal
 from typing import Any
 
 from pagedllm.entrypoints.engine_args import add_engine_arguments, engine_config_from_args
+from pagedllm.entrypoints.server_flags import add_api_arguments, server_options
 from pagedllm.entrypoints.server import DEFAULT_MAX_REQUEST_BYTES
 from pagedllm.entrypoints.tool_calls import TOOL_CALL_PARSERS
 
@@ -31,31 +31,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"key every route but /health requires (default ${API_KEY_ENV})")
     parser.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES,
                         help=f"answer 413 to a larger request body (default {DEFAULT_MAX_REQUEST_BYTES})")
-    parser.add_argument("--responses-store-size", type=int, default=0,
-                        help="keep up to this many /v1/responses answers in memory, for previous_response_id, "
-                             "background runs and GET /v1/responses/{id} (default 0: none kept, as vLLM)")
-    parser.add_argument("--enable-tokenizer-info-endpoint", action="store_true",
-                        help="serve vLLM's GET /tokenizer_info (the tokenizer's configuration and chat template)")
-    parser.add_argument("--enable-server-load-tracking", action="store_true",
-                        help="taken for vLLM's command lines: GET /load always counts the generating calls here")
-    parser.add_argument("--enable-prompt-tokens-details", action="store_true",
-                        help="usage gives prompt_tokens_details.cached_tokens, the prompt tokens served from the "
-                             "prefix cache (vLLM's)")
-    parser.add_argument("--enable-force-include-usage", action="store_true",
-                        help="every stream ends with its usage, as if stream_options.include_usage were set (vLLM's)")
-    cors = parser.add_argument_group("cross-origin browser access (vLLM's flags; none by default)")
-    cors.add_argument("--allowed-origins", type=_json_strings, default=[], metavar="JSON",
-                      help='origins allowed, a JSON list (e.g. \'["https://app.example"]\' or \'["*"]\')')
-    cors.add_argument("--allowed-methods", type=_json_strings, default=["*"], metavar="JSON",
-                      help='methods allowed, a JSON list (default ["*"])')
-    cors.add_argument("--allowed-headers", type=_json_strings, default=["*"], metavar="JSON",
-                      help='headers allowed, a JSON list (default ["*"])')
-    cors.add_argument("--allow-credentials", action="store_true", help="allow credentials (cookies) cross-origin")
-    parser.add_argument("--enable-log-requests", action=argparse.BooleanOptionalAction, default=False,
-                        help="log each request's id, prompt lengths and sampling parameters (at --log-level debug "
-                             "its prompt token ids too), as vLLM's flag")
-    parser.add_argument("--return-tokens-as-token-ids", action="store_true",
-                        help="logprobs name tokens \"token_id:<id>\" unless a request says otherwise (vLLM's)")
     tools = parser.add_argument_group("tool calling")
     tools.add_argument("--tool-call-parser", default=None, choices=list(TOOL_CALL_PARSERS),
                        help="how the model writes tool calls, for tool_choice auto (hermes: JSON in <tool_call> "
@@ -66,48 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chat-template", default=None,
                         help="the chat template for chats, in place of the model's: a Jinja file, or the template "
                              "itself (text holding {, } or a newline), as vLLM takes it")
-    parser.add_argument("--default-chat-template-kwargs", default=None, type=_json_object, metavar="JSON",
-                        help="chat template kwargs every chat gets under its own chat_template_kwargs, which win "
-                             "(vLLM's; e.g. '{\"enable_thinking\": false}' for a Qwen3 without thinking)")
-    parser.add_argument("--trust-request-chat-template", action="store_true",
-                        help="let a request bring its own chat_template (vLLM's flag; the template runs in Jinja's "
-                             "sandbox, yet is code from the client)")
+    add_api_arguments(parser)
     add_engine_arguments(parser)
-
-
-def _json_value(text: str) -> Any:
-    """A command line's JSON value (argparse names the flag where this raises)."""
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
-
-
-def _json_object(text: str) -> dict[str, Any]:
-    value = _json_value(text)
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"a JSON object is needed, got {text!r}")
-    return value
-
-
-def server_options(args: argparse.Namespace, chat_template: str | None) -> Any:
-    """The API's options from the command line, each flag under its field's name (chat_template: --chat-template's
-    text)."""
-    from dataclasses import fields
-
-    from pagedllm.entrypoints.server.options import ServerOptions
-
-    given = {field.name: getattr(args, field.name) for field in fields(ServerOptions) if hasattr(args, field.name)}
-    lists = {name: tuple(given[name]) for name in ("allowed_origins", "allowed_methods", "allowed_headers")}
-    return ServerOptions(**{**given, **lists, "chat_template": chat_template,
-                            "enable_tokenizer_info": args.enable_tokenizer_info_endpoint})
-
-
-def _json_strings(text: str) -> list[str]:
-    value = _json_value(text)
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise argparse.ArgumentTypeError(f"a JSON list of strings is needed, got {text!r}")
-    return value
 
 
 def load_engine(config: Any) -> Any:
