@@ -367,12 +367,12 @@ def _top_logprobs(
     """Per row that asks for logprobs: its top-k (or its logprob_token_ids' logprobs, in their order) and its token's
     rank (vLLM's count: the tokens at least as likely, itself included), in one more copy back; None for the other
     rows."""
+    if all(r.params.num_logprobs is None for r in rows):
+        return [None] * len(rows), [None] * len(rows)
     wanted = [r.params.logprobs if r.params.logprob_token_ids is None else None for r in rows]
     named = [r.params.logprob_token_ids or [] for r in rows]
     k_max = max((k for k in wanted if k is not None), default=0)
     width = max(map(len, named))
-    if all(r.params.num_logprobs is None for r in rows):
-        return [None] * len(rows), [None] * len(rows)
     columns = [vocabulary_ranks(raw, tokens[:, None]).double()]  # every row: no row index to send
     if k_max:
         values, indices = raw.topk(k_max, dim=-1)

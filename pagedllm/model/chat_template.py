@@ -25,10 +25,10 @@ def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def render_chat(tokenizer: Any, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
                 continue_final_message: bool = False, template_kwargs: dict[str, Any] | None = None,
                 documents: list[dict[str, Any]] | None = None, chat_template: str | None = None,
-                tools: list[dict[str, Any]] | None = None, source: str = "the model's") -> str:
+                tools: list[dict[str, Any]] | None = None, requested: bool = False) -> str:
     """The conversation (and documents and tools, for templates that take them) as the prompt text the model's
-    template makes of it, or `chat_template` (a Jinja template's text) where given; `source`: whose template
-    errors name ("the request's": its errors are the chat_template field's)."""
+    template makes of it, or `chat_template` (a Jinja template's text) where given; `requested`: that template is
+    the request's own, whose errors are its chat_template field's."""
     from jinja2 import TemplateError, TemplateSyntaxError
 
     if chat_template is None and getattr(tokenizer, "chat_template", "") is None:  # (a transformers tokenizer)
@@ -38,7 +38,7 @@ def render_chat(tokenizer: Any, messages: list[dict[str, Any]], add_generation_p
         raise InvalidInputError("continue_final_message cannot be combined with add_generation_prompt (set it "
                                 "to false)")
     options = dict(template_kwargs or {})
-    field = "messages" if source == "the model's" else "chat_template"
+    field, source = ("chat_template", "the request's") if requested else ("messages", "the model's")
     if continue_final_message:
         options["continue_final_message"] = True
     if documents is not None:

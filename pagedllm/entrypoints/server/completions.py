@@ -109,22 +109,22 @@ class _View:
                     new_logprobs=None if c.new_logprobs is None else []) for c in output.outputs])
 
     def response(self, finals: list[RequestOutput]) -> dict[str, Any]:
-        choices, completion_tokens = [], 0
-        for prompt_index, output in enumerate(map(self._shown, finals)):
+        choices, shown = [], [self._shown(final) for final in finals]
+        for prompt_index, output in enumerate(shown):
             prefix, echoed, offset = self._echo(prompt_index, output) if self.body.echo else ("", None, 0)
             for c in output.outputs:
-                completion_tokens += len(c.token_ids)
                 choices.append({"index": prompt_index * self.n + c.index, "text": prefix + c.text,
                                 "logprobs": _after_echo(echoed, self._logprobs(c.logprobs, offset)),
                                 "finish_reason": c.finish_reason, "stop_reason": c.stop_reason,
                                 **self._extras(output, c.token_ids)})
         choices.sort(key=lambda choice: choice["index"])
-        prompt_tokens = sum(len(o.prompt_token_ids) for o in finals)
-        return {**self._envelope(choices), "usage": sse.usage(prompt_tokens, completion_tokens, self._cached(finals))}
+        return {**self._envelope(choices), "usage": self._usage(shown)}
 
-    def _cached(self, outputs: list[RequestOutput]) -> int | None:
-        """The prompt tokens the prefix cache served, where usage gives them."""
-        return sum(o.metrics.num_cached_prompt_tokens for o in outputs) if self.cached_details else None
+    def _usage(self, outputs: list[RequestOutput]) -> dict[str, Any]:
+        """Usage over each prompt's output as shown (and, where asked, the prompt tokens the prefix cache served)."""
+        cached = sum(o.metrics.num_cached_prompt_tokens for o in outputs) if self.cached_details else None
+        return sse.usage(sum(len(o.prompt_token_ids) for o in outputs),
+                         sum(len(c.token_ids) for o in outputs for c in o.outputs), cached)
 
     def _extras(self, output: RequestOutput, token_ids: list[int]) -> dict[str, Any]:
         """A whole choice's fields of vLLM's extras, where the request asked for them."""
@@ -155,9 +155,7 @@ class _View:
         # choice index -> its next token's text_offset: counted by the tokens' texts, as the response counts them
         # (the text sent differs where a token splits a character)
         offsets: dict[int, int] = {}
-        prompt_tokens: dict[int, int] = {}
-        completion_tokens: dict[int, int] = {}
-        lasts: dict[int, RequestOutput] = {}  # each prompt's latest output
+        lasts: dict[int, RequestOutput] = {}  # each prompt's latest output: what usage counts
         started: set[int] = set()  # choices that sent a chunk
         try:
             async for output in self.submission.outputs():
@@ -175,13 +173,9 @@ class _View:
                     if logprobs := chunk["choices"][0]["logprobs"]:
                         offsets[delta.index] = offset + sum(map(len, logprobs["tokens"]))
                     yield sse.event(chunk)
-                prompt_tokens[prompt_index] = len(output.prompt_token_ids)
-                completion_tokens[prompt_index] = sum(len(c.token_ids) for c in output.outputs)
                 lasts[prompt_index] = output
             if self.usage.include:
-                usage = sse.usage(sum(prompt_tokens.values()), sum(completion_tokens.values()),
-                                  self._cached(list(lasts.values())))
-                yield sse.event({**self._envelope([]), "usage": usage})
+                yield sse.event({**self._envelope([]), "usage": self._usage(list(lasts.values()))})
         except RequestAborted as exc:
             yield sse_error(from_abort(exc))
         finally:

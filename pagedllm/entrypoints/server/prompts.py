@@ -71,7 +71,7 @@ class PromptProcessor:
         def render() -> list[int]:
             template = self.chat_template if own is None else own
             text = render_chat(self._tokenizer(), messages, chat_template=template, **options,
-                               source="the model's" if own is None else "the request's")
+                               requested=own is not None)
             return self._encode(text, "messages", add_special_tokens)
 
         return await self._run(render)
