@@ -104,6 +104,9 @@ def _ratio_line(report: dict, name: str, value: float) -> str:
     seqs = report.get("concurrency_ratios", {}).get(name)
     if seqs:
         line += f" throughput, {_cell(seqs['mean'], '{:.2f}x')} running sequences (mean), {_cell(seqs['peak'], '{:.2f}x')} (peak)"
+    each = report.get("repeat_ratios", {}).get(name)
+    if each:
+        line += f"; median of {len(each)} repeats: {', '.join(f'{r:.2f}x' for r in each)}"
     return line
 
 

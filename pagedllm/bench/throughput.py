@@ -4,6 +4,7 @@
 import argparse
 import dataclasses
 import gc
+import statistics
 import sys
 
 from pagedllm.bench.workloads import (WORKLOADS, Workload, WorkloadSpec, add_sample_seeds_option, build_workload,
@@ -25,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--hf-batch-size", type=int, default=16, help="prompts per static transformers batch")
     c.add_argument("--compare-prefix-caching", action="store_true", help="also run with prefix caching off")
     c.add_argument("--compare-allocators", action="store_true", help="also run the contiguous allocator")
+    c.add_argument("--repeats", type=int, default=1, help="run every configuration this many times, in turn, "
+                   "each on a fresh engine; the table shows each one's median run, the ratios are the medians "
+                   "of the repeats' own ratios")  # fmt: skip
     add_output_arguments(parser)
     add_engine_arguments(parser)
 
@@ -47,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.hf_batch_size < 1:
         raise InvalidInputError(f"--hf-batch-size must be >= 1, got {args.hf_batch_size}")
+    if args.repeats < 1:
+        raise InvalidInputError(f"--repeats must be >= 1, got {args.repeats}")
     result = run_throughput(args)
     print(report.format_table(result))
     write_outputs(result, args)
@@ -66,30 +72,62 @@ def write_outputs(result: dict, args: argparse.Namespace) -> None:
         print(f"wrote {args.md}", file=sys.stderr)
 
 
+@dataclasses.dataclass(slots=True)
+class _Round:
+    """One pass over every configuration: the main run first, then each comparison, named as its ratio."""
+
+    model_name: str
+    workload: Workload
+    runs: list  # RunResult, the main run first
+    names: list[str]  # the ratio name of each run after the main one
+
+
 def run_throughput(args: argparse.Namespace) -> dict:
-    from pagedllm.bench.engine_runner import run_engine
     from pagedllm.bench.report import concurrency_ratio, ratio
 
-    progress = not args.no_progress
     config = engine_config(args)
+    rounds = [_run_round(args, config, None)]
+    for _ in range(1, args.repeats):
+        rounds.append(_run_round(args, config, rounds[0].workload))
+    first = rounds[0]
+    runs = [_median_run([r.runs[i] for r in rounds]) for i in range(len(first.runs))]
+    each = {name: [ratio(r.runs[0], r.runs[i + 1]) for r in rounds] for i, name in enumerate(first.names)}
+    ratios = {name: statistics.median(values) for name, values in each.items()}
+    report = build_report("throughput", first.model_name, config, first.workload, runs, ratios)
+    variants = {name for name, _ in _variants(args, config)}  # engines of their own: how many sequences fit
+    report["concurrency_ratios"] = {name: concurrency_ratio(runs[0], runs[i + 1]) for i, name in enumerate(first.names)
+                                    if name in variants}  # fmt: skip
+    if len(rounds) > 1:
+        report["repeats"] = len(rounds)
+        report["repeat_ratios"] = each
+    return report
+
+
+def _run_round(args: argparse.Namespace, config, workload: Workload | None) -> _Round:
+    """Every configuration once, each on an engine of its own (freed before the next is loaded)."""
+    from pagedllm.bench.engine_runner import run_engine
+
+    progress = not args.no_progress
     engine = load_engine(config)
-    workload = workload_for(engine, args)
-    main = run_engine(engine, workload, _label(config), progress, args.seed_samples)
-    runs, ratios, concurrency = [main], {}, {}
+    workload = workload if workload is not None else workload_for(engine, args)
+    runs = [run_engine(engine, workload, _label(config), progress, args.seed_samples)]
+    names = []
     if args.baseline == "hf":
         runs.append(_hf_run(engine, workload, args, progress))
-        ratios["pagedllm / transformers"] = ratio(main, runs[-1])
+        names.append("pagedllm / transformers")
     model_name = engine.model_name
     del engine
     for name, changes in _variants(args, config):
         gc.collect()
         variant = engine_config(args, **changes)
         runs.append(run_engine(load_engine(variant), workload, _label(variant), progress, args.seed_samples))
-        ratios[name] = ratio(main, runs[-1])
-        concurrency[name] = concurrency_ratio(main, runs[-1])
-    report = build_report("throughput", model_name, config, workload, runs, ratios)
-    report["concurrency_ratios"] = concurrency
-    return report
+        names.append(name)
+    return _Round(model_name, workload, runs, names)
+
+
+def _median_run(runs: list):
+    """The run of median output rate (of an even count, the slower of the middle two)."""
+    return sorted(runs, key=lambda r: r.output_tokens_per_s)[(len(runs) - 1) // 2]
 
 
 def _variants(args: argparse.Namespace, config) -> list[tuple[str, dict]]:

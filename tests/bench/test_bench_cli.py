@@ -63,6 +63,25 @@ def test_shared_prefix_comparison_hits_the_cache(tiny_llama_dir, tmp_path):
     assert on["config"]["enable_prefix_caching"] and not off["config"]["enable_prefix_caching"]
 
 
+
+def test_repeats_alternate_the_runs_and_report_medians(tiny_llama_dir, tmp_path, capsys):
+    out = tmp_path / "repeats.json"
+    main(["bench", "throughput", "--model", str(tiny_llama_dir), "--workload", "shared-prefix", "--num-requests", "4",
+          "--prefix-len", "64", "--block-size", "8", "--kv-cache-memory", "4MiB", "--compare-prefix-caching",
+          "--repeats", "3", "--json", str(out), "--no-progress"])  # fmt: skip
+    data = json.loads(out.read_text())
+    each = data["repeat_ratios"]["prefix caching on / off"]
+    assert data["repeats"] == 3 and len(each) == 3 and data["ratios"]["prefix caching on / off"] == sorted(each)[1]
+    on, off = data["runs"]  # each configuration's median run, fresh engines: the cached run hits only its own prefix
+    assert on["prefix_hit_rate"] > 0.2 and off["prefix_hit_rate"] == 0.0
+    assert "concurrency_ratios" in data and "prefix caching on / off" in data["concurrency_ratios"]
+    assert "median of 3 repeats: " in capsys.readouterr().out
+
+
+def test_repeats_must_be_positive(tiny_llama_dir, capsys):
+    code = main(["bench", "throughput", "--model", str(tiny_llama_dir), "--repeats", "0", "--no-progress"])
+    assert code != 0 and "--repeats must be >= 1, got 0" in capsys.readouterr().err
+
 def test_sweep_writes_points_and_plot(tiny_llama_dir, tmp_path):
     out, png = tmp_path / "sweep.json", tmp_path / "sweep.png"
     main(["bench", "sweep", "--model", str(tiny_llama_dir), "--values", "2,16", "--num-requests", "4",
