@@ -6,11 +6,15 @@ import dataclasses
 import gc
 import statistics
 import sys
+from typing import TYPE_CHECKING
 
 from pagedllm.bench.workloads import (WORKLOADS, Workload, WorkloadSpec, add_sample_seeds_option, build_workload,
                                      check_fits)
 from pagedllm.entrypoints.engine_args import add_engine_arguments, engine_config_from_args
 from pagedllm.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from pagedllm.bench.engine_runner import RunResult
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,7 +82,7 @@ class _Round:
 
     model_name: str
     workload: Workload
-    runs: list  # RunResult, the main run first
+    runs: list["RunResult"]  # the main run first
     names: list[str]  # the ratio name of each run after the main one
 
 
@@ -125,7 +129,7 @@ def _run_round(args: argparse.Namespace, config, workload: Workload | None) -> _
     return _Round(model_name, workload, runs, names)
 
 
-def _median_run(runs: list):
+def _median_run(runs: list["RunResult"]) -> "RunResult":
     """The run of median output rate (of an even count, the slower of the middle two)."""
     return sorted(runs, key=lambda r: r.output_tokens_per_s)[(len(runs) - 1) // 2]
 

@@ -63,7 +63,6 @@ def test_shared_prefix_comparison_hits_the_cache(tiny_llama_dir, tmp_path):
     assert on["config"]["enable_prefix_caching"] and not off["config"]["enable_prefix_caching"]
 
 
-
 def test_repeats_alternate_the_runs_and_report_medians(tiny_llama_dir, tmp_path, capsys):
     out = tmp_path / "repeats.json"
     main(["bench", "throughput", "--model", str(tiny_llama_dir), "--workload", "shared-prefix", "--num-requests", "4",
@@ -81,6 +80,7 @@ def test_repeats_alternate_the_runs_and_report_medians(tiny_llama_dir, tmp_path,
 def test_repeats_must_be_positive(tiny_llama_dir, capsys):
     code = main(["bench", "throughput", "--model", str(tiny_llama_dir), "--repeats", "0", "--no-progress"])
     assert code != 0 and "--repeats must be >= 1, got 0" in capsys.readouterr().err
+
 
 def test_sweep_writes_points_and_plot(tiny_llama_dir, tmp_path):
     out, png = tmp_path / "sweep.json", tmp_path / "sweep.png"
