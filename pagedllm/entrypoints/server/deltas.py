@@ -79,4 +79,3 @@ class HeldTokens:
         taken = self.token_ids, self.logprobs
         self.token_ids, self.logprobs = [], None
         return taken
-
