@@ -16,34 +16,38 @@ def require_kernels() -> None:
     require_compiled_kernels()
 
 
-def noisy_cache(num_blocks: int, block_size: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
+def noisy_cache(num_blocks: int, block_size: int, dtype: torch.dtype, seed: int = 0,
+                head_dim: int = HEAD_DIM) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
-    cache = allocate_kv_caches(1, num_blocks, block_size, NUM_KV_HEADS, HEAD_DIM, dtype)[0]
+    cache = allocate_kv_caches(1, num_blocks, block_size, NUM_KV_HEADS, head_dim, dtype)[0]
     return cache.copy_(torch.randn(cache.shape, generator=gen))
 
 
-def qkv_views(num_tokens: int, dtype: torch.dtype, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+def qkv_views(num_tokens: int, dtype: torch.dtype, seed: int = 1,
+              head_dim: int = HEAD_DIM) -> tuple[torch.Tensor, torch.Tensor]:
     """key, value: [T, KVH, D] views into one [T, (H + 2 KVH) D] tensor, as the model's fused projection gives."""
     gen = torch.Generator().manual_seed(seed)
-    q_size, kv_size = NUM_HEADS * HEAD_DIM, NUM_KV_HEADS * HEAD_DIM
+    q_size, kv_size = NUM_HEADS * head_dim, NUM_KV_HEADS * head_dim
     qkv = torch.randn(num_tokens, q_size + 2 * kv_size, generator=gen).to(dtype)
     _, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
-    return k.view(num_tokens, NUM_KV_HEADS, HEAD_DIM), v.view(num_tokens, NUM_KV_HEADS, HEAD_DIM)
+    return k.view(num_tokens, NUM_KV_HEADS, head_dim), v.view(num_tokens, NUM_KV_HEADS, head_dim)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("block_size", [1, 16])
-def test_write_kv_equals_torch_on_strided_views(block_size: int, dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("head_dim", [HEAD_DIM, 40, 7])  # rows of whole 32-byte vectors, and with a rest
+def test_write_kv_equals_torch_on_strided_views(block_size: int, dtype: torch.dtype, head_dim: int) -> None:
     num_blocks, num_tokens = 80 // block_size + 2, 70
-    key, value = qkv_views(num_tokens, dtype)
+    key, value = qkv_views(num_tokens, dtype, head_dim=head_dim)
     assert not key.is_contiguous() and not value.is_contiguous()
     slots = torch.randperm(num_blocks * block_size, generator=torch.Generator().manual_seed(2))[:num_tokens]
     slots[::7] = -1  # tokens whose K/V must not be stored (e.g. already cached)
-    expected, got = noisy_cache(num_blocks, block_size, dtype), noisy_cache(num_blocks, block_size, dtype)
+    expected = noisy_cache(num_blocks, block_size, dtype, head_dim=head_dim)
+    got = noisy_cache(num_blocks, block_size, dtype, head_dim=head_dim)
     write_kv(key, value, expected, slots)
     compiled_write_kv(key, value, got, slots)
     assert torch.equal(got, expected)
-    assert not torch.equal(got, noisy_cache(num_blocks, block_size, dtype))  # it did write something
+    assert not torch.equal(got, noisy_cache(num_blocks, block_size, dtype, head_dim=head_dim))  # it wrote
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
