@@ -99,7 +99,7 @@ inline uvec bf16_bits(fvec v) {
 
 // v rounded to bfloat16 precision, kept as float; and v stored as bfloat16. With AVX512-BF16 by the hardware
 // conversion, the same round to nearest even in one instruction for the integer steps' ten (a decode step's
-// layers 1-3% faster, a prompt's RMSNorm 30%: docs/benchmarks.md); it reads a denormal as zero, and a NaN
+// layers 1-3% faster, a prompt's RMSNorm 29%: docs/benchmarks.md); it reads a denormal as zero, and a NaN
 // keeps its sign and payload.
 #if defined(__AVX512BF16__)
 inline __m256i bf16_halves(fvec v) { return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(bit_cast<__m512>(v))); }
