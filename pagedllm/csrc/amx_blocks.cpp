@@ -41,11 +41,9 @@ void pack_amx_q4(const uint16_t* scale, const uint16_t* low, const uint8_t* code
     pack_scales(scale, rows, steps, s, tile);
     pack_scales(low, rows, steps, s, tile + kScalesBytes);
     uint8_t* bytes = tile + 2 * kScalesBytes;
-    for (int64_t r = 0; r < kAmxTileRows; ++r)
-      for (int64_t t = 0; t < kAmxPanelCols; ++t) {
-        const int64_t i = s * kAmxDepth + 2 * r + t % 2;
-        *bytes++ = (code(codes, rows[t / 2], k, i) & 15) | (code(codes, rows[8 + t / 2], k, i) & 15) << 4;
-      }
+    for (int64_t j = 0; j < kAmxPanelCols; ++j)
+      for (int64_t i = s * kAmxDepth; i < s * kAmxDepth + kAmxDepth / 2; ++i)
+        *bytes++ = (code(codes, rows[j], k, i) & 15) | (code(codes, rows[j], k, i + kAmxDepth / 2) & 15) << 4;
   });
 }
 
@@ -65,11 +63,24 @@ void pack_amx_q8(const uint16_t* scale, const int8_t* codes, int64_t n, int64_t 
 
 #if defined(__AVX512BF16__)
 
+namespace {
+
+// A panel's tile (row r: the input pair 2r, 2r + 1 of each of 16 outputs) -> its outputs' rows of 32 inputs.
+void panel_tile_rows(const bf16_t* panel_tile, bf16_t* rows) {
+  for (int64_t r = 0; r < kAmxDepth / 2; ++r)
+    for (int64_t j = 0; j < kAmxPanelCols; ++j)
+      for (int64_t t = 0; t < 2; ++t) rows[j * kAmxDepth + 2 * r + t] = panel_tile[r * 2 * kAmxPanelCols + 2 * j + t];
+}
+
+}  // namespace
+
 bool amx_blocks_match(const uint8_t* tiles, int64_t tile_bytes, const bf16_t* panels, int64_t num_tiles) {
-  alignas(64) bf16_t tile[kAmxTileBytes / 2];
+  alignas(64) bf16_t tile[kAmxTileBytes / 2], expected[kAmxTileBytes / 2];
   for (int64_t t = 0; t < num_tiles; ++t) {
     expand_tile(tiles + t * tile_bytes, tile_bytes, tile);
-    if (std::memcmp(tile, panels + t * (kAmxTileBytes / 2), kAmxTileBytes) != 0) return false;
+    const bf16_t* panel_tile = panels + t * (kAmxTileBytes / 2);
+    if (expands_to_rows(tile_bytes)) panel_tile_rows(panel_tile, expected);
+    if (std::memcmp(tile, expands_to_rows(tile_bytes) ? expected : panel_tile, kAmxTileBytes) != 0) return false;
   }
   return true;
 }

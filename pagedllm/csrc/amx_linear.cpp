@@ -11,7 +11,8 @@
 // [rows, 2 I] product is never written out and read back by a separate activation. A pass's sums are stored a
 // slice per tile step of the thread's next pass, so that the stores' vector work overlaps its stream (an LM
 // head's picks 15% faster, the projections 7%: docs/models.md). A weight loaded from quantized blocks may also
-// come as those blocks' tiles (amx_blocks.h), which small batches stream and expand in L1 instead.
+// come as those blocks' tiles (amx_blocks.h), which small batches stream and expand in L1 instead; Q4_1's expand to
+// their outputs' rows, which multiply x's pairs of inputs (the sums come out transposed and are turned back).
 #include "amx_linear.h"
 
 #include <algorithm>
@@ -168,28 +169,48 @@ struct ItemWeights {
   }
 };
 
-// kRows row tiles of x (the first at x0, the second at x1, rows x_stride bytes apart) times kPanels panels of w
-// into sums; during(s) after step s's products are issued (vector work that overlaps the tile loads).
-template <int kRows, int kPanels, typename During>
-void multiply_tiles(const char* x0, const char* x1, int64_t x_stride, int64_t steps, const ItemWeights& w, Sums& sums,
-                    const During& during) {
+// Where a pass reads its (up to two) row tiles of x: row tile i's step s at tiles[i] + s * step_bytes, rows `stride`
+// bytes apart. Either x's rows (the tile products' left operand) or, beside weight tiles expanded to rows, x's
+// pairs of inputs (make_x_pairs), then the right operand.
+struct RowTiles {
+  const char* tiles[2];
+  int64_t stride, step_bytes;
+
+  const char* at(int i, int64_t s) const { return tiles[i] + s * step_bytes; }
+};
+
+// Tile sum += the product of x tile xt and weight tile wt, the weight on the left where its tiles are rows (a macro:
+// the tile intrinsics take literal tile numbers).
+#define PAGEDLLM_MULTIPLY_PAIR(sum, xt, wt) \
+  if constexpr (kWeightRows)                \
+    _tile_dpbf16ps(sum, wt, xt);            \
+  else                                      \
+    _tile_dpbf16ps(sum, xt, wt)
+
+// kRows row tiles of x times kPanels panels of w into sums; during(s) after step s's products are issued (vector work
+// that overlaps the tile loads). kWeightRows: w's tiles are its outputs' rows (amx_blocks.h's expands_to_rows) and the
+// x tiles pairs of inputs, so that the products make the sums transposed, turned back at the end.
+template <int kRows, int kPanels, bool kWeightRows, typename During>
+void multiply_tiles(const RowTiles& x, int64_t steps, const ItemWeights& w, Sums& sums, const During& during) {
   _tile_zero(0);
   if constexpr (kPanels > 1) _tile_zero(1);
   if constexpr (kRows > 1) _tile_zero(2);
   if constexpr (kRows > 1 && kPanels > 1) _tile_zero(3);
   for (int64_t s = 0; s < steps; ++s) {
     w.prepare<kPanels>(s, steps);
-    _tile_loadd(4, x0 + s * kAmxDepth * 2, x_stride);
+    _tile_loadd(4, x.at(0, s), x.stride);
     _tile_loadd(6, w.tile(0, s), 64);
-    _tile_dpbf16ps(0, 4, 6);
+    PAGEDLLM_MULTIPLY_PAIR(0, 4, 6);
     if constexpr (kPanels > 1) {
       _tile_loadd(7, w.tile(1, s), 64);
-      _tile_dpbf16ps(1, 4, 7);
+      PAGEDLLM_MULTIPLY_PAIR(1, 4, 7);
     }
     if constexpr (kRows > 1) {
-      _tile_loadd(5, x1 + s * kAmxDepth * 2, x_stride);
-      _tile_dpbf16ps(2, 5, 6);
-      if constexpr (kPanels > 1) _tile_dpbf16ps(3, 5, 7);
+      _tile_loadd(5, x.at(1, s), x.stride);
+      PAGEDLLM_MULTIPLY_PAIR(2, 5, 6);
+      if constexpr (kPanels > 1) {
+        PAGEDLLM_MULTIPLY_PAIR(3, 5, 7);
+      }
     }
     during(s);
   }
@@ -197,19 +218,40 @@ void multiply_tiles(const char* x0, const char* x1, int64_t x_stride, int64_t st
   if constexpr (kPanels > 1) _tile_stored(1, sums[1], 64);
   if constexpr (kRows > 1) _tile_stored(2, sums[2], 64);
   if constexpr (kRows > 1 && kPanels > 1) _tile_stored(3, sums[3], 64);
+  if constexpr (kWeightRows)
+    for (int t = 0; t < 4; ++t)
+      if ((kPanels > 1 || t % 2 == 0) && (kRows > 1 || t < 2)) transpose_block(sums[t], 16, sums[t], 16);
 }
 
-template <typename During>
-void multiply_item(int64_t row_tiles, int64_t item_panels, const char* x0, const char* x1, int64_t x_stride,
-                   int64_t steps, const ItemWeights& w, Sums& sums, const During& during) {
+#undef PAGEDLLM_MULTIPLY_PAIR
+
+template <bool kWeightRows, typename During>
+void multiply_item(int64_t row_tiles, int64_t item_panels, const RowTiles& x, int64_t steps, const ItemWeights& w,
+                   Sums& sums, const During& during) {
   if (row_tiles == 1 && item_panels == 1)
-    multiply_tiles<1, 1>(x0, x1, x_stride, steps, w, sums, during);
+    multiply_tiles<1, 1, kWeightRows>(x, steps, w, sums, during);
   else if (row_tiles == 1)
-    multiply_tiles<1, 2>(x0, x1, x_stride, steps, w, sums, during);
+    multiply_tiles<1, 2, kWeightRows>(x, steps, w, sums, during);
   else if (item_panels == 1)
-    multiply_tiles<2, 1>(x0, x1, x_stride, steps, w, sums, during);
+    multiply_tiles<2, 1, kWeightRows>(x, steps, w, sums, during);
   else
-    multiply_tiles<2, 2>(x0, x1, x_stride, steps, w, sums, during);
+    multiply_tiles<2, 2, kWeightRows>(x, steps, w, sums, during);
+}
+
+// The m rows of x [m, k] (row tile i's first row at row_tile(16 i)) as the right operand of tile products: for
+// row tile i and step s, the 1 KB tile at the result + (i * steps + s) KB, whose row r holds the input pair
+// (2r, 2r + 1) of the step of each of the 16 rows. A buffer per thread, which each thread makes for itself.
+template <typename RowTile>
+const char* make_x_pairs(int64_t m, int64_t k, const RowTile& row_tile) {
+  thread_local std::vector<char> buffer;
+  const int64_t steps = k / kAmxDepth, row_tiles = (m + kAmxTileRows - 1) / kAmxTileRows;
+  buffer.resize(row_tiles * steps * kAmxTileBytes + 64);
+  char* pairs = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(buffer.data()) + 63) & ~uintptr_t{63});
+  for (int64_t i = 0; i < row_tiles; ++i)
+    for (int64_t s = 0; s < steps; ++s)  // 16 rows of 16 pairs (32 bits each) transposed
+      transpose_block(reinterpret_cast<const float*>(row_tile(i * kAmxTileRows) + s * kAmxDepth * 2), k / 2,
+                      reinterpret_cast<float*>(pairs + (i * steps + s) * kAmxTileBytes), kAmxPanelCols);
+  return pairs;
 }
 
 // A thread's buffer for the bfloat16 tiles of one item expanded from its block tiles: two panels of `steps` tiles.
@@ -237,10 +279,12 @@ template <typename Store>
 void multiply_rows(const bf16_t* x, int64_t row_begin, int64_t m, int64_t k, const bf16_t* panels,
                    BlockTiles blocks, int64_t num_panels, const Store& store) {
   x += row_begin * k;
+  const bool weight_rows = blocks.data != nullptr && expands_to_rows(blocks.tile_bytes);
   // tile loads read 16 rows (m of them below 16): a last partial row tile of a larger batch is read from a copy
   // of its rows padded with zero rows (copying all of x into a padded buffer instead cost 10-15 us a call at
-  // 33-63 rows)
-  const int64_t direct_rows = m <= kAmxTileRows ? m : m / kAmxTileRows * kAmxTileRows;  // read where they lie
+  // 33-63 rows); x's pairs for weight rows are made of whole row tiles
+  const int64_t whole_rows = m / kAmxTileRows * kAmxTileRows;
+  const int64_t direct_rows = m <= kAmxTileRows && !weight_rows ? m : whole_rows;  // read where they lie
   thread_local std::vector<bf16_t> tail;
   if (direct_rows != m) {
     tail.resize(kAmxTileRows * k);
@@ -252,14 +296,15 @@ void multiply_rows(const bf16_t* x, int64_t row_begin, int64_t m, int64_t k, con
     return reinterpret_cast<const char*>(row < direct_rows ? x + row * k : tail_rows);
   };
   const int64_t num_items = (num_panels + 1) / 2;
-  const int64_t steps = k / kAmxDepth, panel_bytes = steps * kAmxTileBytes, x_stride = k * 2;
+  const int64_t steps = k / kAmxDepth, panel_bytes = steps * kAmxTileBytes;
   const char* base = reinterpret_cast<const char*>(panels);
   // one tile shape for the whole call: 16 rows (whole tiles, a partial last one padded), or all of them below 16
   // (sums and x tiles 0-5; the weight tiles 6-7 always have 16 full rows)
-  const TileConfig config = tile_config(static_cast<int>(std::min<int64_t>(m, kAmxTileRows)), 6);
+  const TileConfig config = tile_config(weight_rows ? kAmxTileRows : static_cast<int>(std::min(m, kAmxTileRows)), 6);
   const int64_t blocks_panel_bytes = steps * blocks.tile_bytes;
   on_runs(num_items, [&](const auto& take, int64_t worker) {
     _tile_loadconfig(&config);  // the tile shapes are per thread
+    const char* x_pairs = weight_rows ? make_x_pairs(m, k, row_tile) : nullptr;
     alignas(64) Sums sums[2];  // the pass being multiplied, and the one being stored
     Pass waiting;
     int current = 0;
@@ -282,8 +327,14 @@ void multiply_rows(const bf16_t* x, int64_t row_begin, int64_t m, int64_t k, con
           store(sums[current ^ 1], row_begin + waiting.row0, waiting.item, worker, stored, end);
           stored = end;
         };
-        multiply_item(row_tiles, item_panels, row_tile(row0), row_tile(row0 + kAmxTileRows), x_stride, steps, w,
-                      sums[current], store_slice);
+        if (weight_rows) {
+          const char* pairs = x_pairs + row0 / kAmxTileRows * panel_bytes;  // a row tile's pairs: a panel's bytes
+          const RowTiles x_pass{{pairs, pairs + panel_bytes}, 64, kAmxTileBytes};
+          multiply_item<true>(row_tiles, item_panels, x_pass, steps, w, sums[current], store_slice);
+        } else {
+          const RowTiles x_pass{{row_tile(row0), row_tile(row0 + kAmxTileRows)}, k * 2, kAmxDepth * 2};
+          multiply_item<false>(row_tiles, item_panels, x_pass, steps, w, sums[current], store_slice);
+        }
         waiting = {item, row0, rows};
         current ^= 1;
       }
