@@ -83,9 +83,6 @@ __mmask16 column_mask(int64_t col, int64_t n) {
 // 16 bfloat16 values as float32 (exact: their bits become the high halves).
 __m512 widen(__m256i values) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(values), 16)); }
 
-// row rounded to bfloat16, as float32 again.
-__m512 rounded_to_bf16(__m512 row) { return widen(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(row))); }
-
 // bias[col ..] under the mask as float32 (zero without a bias).
 __m512 load_bias(const bf16_t* bias, int64_t col, __mmask16 mask) {
   if (bias == nullptr) return _mm512_setzero_ps();
@@ -94,10 +91,12 @@ __m512 load_bias(const bf16_t* bias, int64_t col, __mmask16 mask) {
 
 // A row of 16 outputs rounded to bfloat16, into y as bfloat16 or as the float32 values of those bfloat16.
 void store_row(bf16_t* y, __mmask16 mask, __m512 row) {
-  _mm256_mask_storeu_epi16(y, mask, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(row)));
+  _mm256_mask_storeu_epi16(y, mask, bf16_halves(bit_cast<fvec>(row)));
 }
 
-void store_row(float* y, __mmask16 mask, __m512 row) { _mm512_mask_storeu_ps(y, mask, rounded_to_bf16(row)); }
+void store_row(float* y, __mmask16 mask, __m512 row) {
+  _mm512_mask_storeu_ps(y, mask, bit_cast<__m512>(round_to_bf16(bit_cast<fvec>(row))));
+}
 
 // A row of 16 float32 sums (+ bias) -> y's 16 columns from col (fewer where n ends), rounded to bfloat16.
 template <typename Out>
@@ -390,7 +389,7 @@ struct LaneBest {
   void add(const float* sums, const bf16_t* bias, int64_t col, int64_t n) {
     const __mmask16 live = column_mask(col, n);
     const __m512 sum_row = _mm512_add_ps(_mm512_loadu_ps(sums), load_bias(bias, col, live));
-    const fvec logit = bit_cast<fvec>(rounded_to_bf16(sum_row));
+    const fvec logit = round_to_bf16(bit_cast<fvec>(sum_row));
     const ivec in_vocab = bit_cast<ivec>(_mm512_movm_epi32(live));
     const ivec higher = (logit > max) & in_vocab;
     const fvec distance = logit > max ? logit - max : max - logit;  // max = -inf: +inf, e^-inf = 0
