@@ -80,19 +80,14 @@ __mmask16 column_mask(int64_t col, int64_t n) {
   return static_cast<__mmask16>((1u << std::min<int64_t>(16, n - col)) - 1);
 }
 
-// 16 bfloat16 values as float32 (exact: their bits become the high halves).
-__m512 widen(__m256i values) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(values), 16)); }
-
 // bias[col ..] under the mask as float32 (zero without a bias).
 __m512 load_bias(const bf16_t* bias, int64_t col, __mmask16 mask) {
   if (bias == nullptr) return _mm512_setzero_ps();
-  return widen(_mm256_maskz_loadu_epi16(mask, bias + col));
+  return bit_cast<__m512>(loadv(bias + col, mask));
 }
 
 // A row of 16 outputs rounded to bfloat16, into y as bfloat16 or as the float32 values of those bfloat16.
-void store_row(bf16_t* y, __mmask16 mask, __m512 row) {
-  _mm256_mask_storeu_epi16(y, mask, bf16_halves(bit_cast<fvec>(row)));
-}
+void store_row(bf16_t* y, __mmask16 mask, __m512 row) { storev(y, bit_cast<fvec>(row), mask); }
 
 void store_row(float* y, __mmask16 mask, __m512 row) {
   _mm512_mask_storeu_ps(y, mask, bit_cast<__m512>(round_to_bf16(bit_cast<fvec>(row))));

@@ -211,16 +211,9 @@ struct F32 {
 struct BF16 {
   using T = bf16_t;
   using X = bf16_t;
-  static __m512 load_bias(const bf16_t* bias, __mmask16 mask) {
-    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, bias));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
-  }
-  static void store(bf16_t* y, __m512 v) {  // rounded to nearest even
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
-  }
-  static void store(bf16_t* y, __mmask16 mask, __m512 v) {
-    _mm256_mask_storeu_epi16(y, mask, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
-  }
+  static __m512 load_bias(const bf16_t* bias, __mmask16 mask) { return bit_cast<__m512>(loadv(bias, mask)); }
+  static void store(bf16_t* y, __m512 v) { storev(y, bit_cast<fvec>(v)); }  // rounded to nearest even
+  static void store(bf16_t* y, __mmask16 mask, __m512 v) { storev(y, bit_cast<fvec>(v), mask); }
 
   template <int kRows, bool kPrefetch>
   static void multiply(const bf16_t* x, int64_t k, const bf16_t* panel, const Share& next,

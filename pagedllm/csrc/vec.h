@@ -109,6 +109,16 @@ inline fvec round_to_bf16(fvec v) {
 }
 
 inline void storev(bf16_t* p, fvec v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bf16_halves(v)); }
+
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+// The lanes of mask only: v stored as bfloat16 at p (the others left as they are), or the bfloat16 at p loaded as
+// float32 (the others zero).
+inline void storev(bf16_t* p, fvec v, __mmask16 mask) { _mm256_mask_storeu_epi16(p, mask, bf16_halves(v)); }
+
+inline fvec loadv(const bf16_t* p, __mmask16 mask) {
+  return bit_cast<fvec>(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p)), 16));
+}
+#endif
 #else
 inline fvec round_to_bf16(fvec v) { return bit_cast<fvec>(bf16_bits(v)); }
 
