@@ -76,11 +76,15 @@ inline fvec loadv(const float* p) {
   return v;
 }
 
+#if defined(__AVX512F__)
+// 16 bfloat16 values as float32 (exact: their bits become the high halves).
+inline fvec widen_bf16(__m256i halves) { return bit_cast<fvec>(_mm512_slli_epi32(_mm512_cvtepu16_epi32(halves), 16)); }
+#endif
+
 inline fvec loadv(const bf16_t* p) {
 #if defined(__AVX512F__)
   // one widening load (GCC splits the generic conversion below into 256-bit halves and re-joins them)
-  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  return bit_cast<fvec>(_mm512_slli_epi32(wide, 16));
+  return widen_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 #else
   hvec half;
   std::memcpy(&half, p, sizeof half);
@@ -104,9 +108,7 @@ inline uvec bf16_bits(fvec v) {
 #if defined(__AVX512BF16__)
 inline __m256i bf16_halves(fvec v) { return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(bit_cast<__m512>(v))); }
 
-inline fvec round_to_bf16(fvec v) {
-  return bit_cast<fvec>(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16_halves(v)), 16));
-}
+inline fvec round_to_bf16(fvec v) { return widen_bf16(bf16_halves(v)); }
 
 inline void storev(bf16_t* p, fvec v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bf16_halves(v)); }
 
@@ -115,9 +117,7 @@ inline void storev(bf16_t* p, fvec v) { _mm256_storeu_si256(reinterpret_cast<__m
 // float32 (the others zero).
 inline void storev(bf16_t* p, fvec v, __mmask16 mask) { _mm256_mask_storeu_epi16(p, mask, bf16_halves(v)); }
 
-inline fvec loadv(const bf16_t* p, __mmask16 mask) {
-  return bit_cast<fvec>(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p)), 16));
-}
+inline fvec loadv(const bf16_t* p, __mmask16 mask) { return widen_bf16(_mm256_maskz_loadu_epi16(mask, p)); }
 #endif
 #else
 inline fvec round_to_bf16(fvec v) { return bit_cast<fvec>(bf16_bits(v)); }
